@@ -1,0 +1,276 @@
+// File: graphrun/graph.h
+// Graph, Node and Output: a dataflow graph under construction.
+//
+// Nodes are added by the op builder functions of <graphrun/ops.h> (or by
+// Graph::add_node for custom ops). Names are unique: a taken name gets a
+// suffix, as in TensorFlow ("MatMul", "MatMul_1"), and name scopes prefix
+// them ("layer1/MatMul"). An Output is one endpoint of a node, printed and
+// parsed as "node:index" (a bare node name means index 0).
+//
+// Building never throws: a builder that fails (unknown op, wrong dtype,
+// incompatible shapes known at build time) records the first error in
+// `graph.status()`, names the node and the shapes, and returns an invalid
+// Output; later builders given an invalid Output do nothing. Check
+// `graph.status()` once after building; Session::create refuses a graph
+// whose status is not OK.
+//
+// Thread safety: thread-compatible: build from one thread at a time. Nodes
+// are never removed or moved, so Node pointers and Outputs stay valid for the
+// graph's lifetime.
+#pragma once
+
+#include <graphrun/attr_value.h>
+#include <graphrun/status.h>
+#include <graphrun/tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <iosfwd>
+#include <map>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <unordered_map>
+#include <vector>
+
+namespace graphrun {
+
+class Graph;
+class Node;
+class OpDef;
+class OpKernel;
+class OpKernelConstruction;
+class OpRegistry;
+struct OpRegistration;
+
+// OpRegistry::global(); defined in the ops library.
+const OpRegistry& default_op_registry();
+
+// One output endpoint of a node. Invalid (node() == nullptr) when the
+// builder that produced it failed.
+class Output {
+ public:
+  Output() = default;
+  Output(const Node* node, int index) : node_(node), index_(index) {}
+
+  bool is_valid() const { return node_ != nullptr; }
+  const Node* node() const { return node_; }
+  int index() const { return index_; }
+  DType dtype() const;
+  const Shape& shape() const;
+  // "node:index".
+  std::string name() const;
+
+  friend bool operator==(const Output& a, const Output& b) {
+    return a.node_ == b.node_ && a.index_ == b.index_;
+  }
+
+ private:
+  const Node* node_ = nullptr;
+  int index_ = 0;
+};
+
+// A parsed "node:index" name.
+struct TensorName {
+  std::string_view node;
+  int index = 0;
+};
+// "a" -> {a, 0}; "a:3" -> {a, 3}; "a:x", "a:-1", ":0", "" -> InvalidArgument.
+Result<TensorName> parse_tensor_name(std::string_view name);
+
+// How a kernel is made for one node: a registered op's factory, or a node's
+// own (custom callables).
+using KernelFactory = std::function<Result<std::unique_ptr<OpKernel>>(OpKernelConstruction&)>;
+
+// What Graph::add_node needs. `name` empty means the op's name.
+struct NodeSpec {
+  std::string op;
+  std::string name;
+  std::vector<Output> inputs;
+  std::vector<const Node*> control_inputs;
+  AttrMap attrs;
+  // Optional kernel for this node only, used instead of the op's factory.
+  std::shared_ptr<const KernelFactory> kernel;
+};
+
+class Node {
+ public:
+  int id() const { return id_; }
+  const std::string& name() const { return name_; }
+  const std::string& op() const { return op_; }
+  const OpDef& op_def() const;
+  const OpRegistration& registration() const { return *registration_; }
+
+  std::span<const Output> inputs() const { return inputs_; }
+  int num_inputs() const { return static_cast<int>(inputs_.size()); }
+  const Output& input(int i) const { return inputs_[static_cast<std::size_t>(i)]; }
+  std::span<const Node* const> control_inputs() const { return control_inputs_; }
+
+  int num_outputs() const { return static_cast<int>(output_dtypes_.size()); }
+  DType output_dtype(int i) const { return output_dtypes_[static_cast<std::size_t>(i)]; }
+  const Shape& output_shape(int i) const { return output_shapes_[static_cast<std::size_t>(i)]; }
+  Output output(int i = 0) const { return Output(this, i); }
+
+  const AttrMap& attrs() const { return attrs_; }
+  const AttrValue* find_attr(std::string_view name) const;
+  template <typename T>
+  Result<T> attr(std::string_view name) const {
+    return get_attr<T>(attrs_, name, name_);
+  }
+
+  bool is_stateful() const;
+  // The node's own kernel factory, if it has one (else the op's).
+  const std::shared_ptr<const KernelFactory>& kernel_override() const { return kernel_; }
+  const Graph& graph() const { return *graph_; }
+
+  // "node 'mm1' (MatMul)" — how messages name a node.
+  std::string describe() const;
+
+ private:
+  friend class Graph;
+  Node() = default;
+
+  const Graph* graph_ = nullptr;
+  const OpRegistration* registration_ = nullptr;
+  int id_ = -1;
+  std::string name_;
+  std::string op_;
+  std::vector<Output> inputs_;
+  std::vector<const Node*> control_inputs_;
+  AttrMap attrs_;
+  std::vector<DType> output_dtypes_;
+  std::vector<Shape> output_shapes_;
+  std::shared_ptr<const KernelFactory> kernel_;
+};
+
+class Graph {
+ public:
+  // Uses the process-wide registry (built-in ops + yours).
+  Graph() : Graph(default_op_registry()) {}
+  // `registry` must outlive the graph.
+  explicit Graph(const OpRegistry& registry);
+  Graph(Graph&&) noexcept;
+  Graph& operator=(Graph&&) noexcept;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  ~Graph();
+
+  // A deep copy; Outputs of this graph are not valid in the copy (look them
+  // up by name or by node id).
+  Graph clone() const;
+
+  // Validates the op, the inputs (count, dtypes, same graph), the attrs
+  // (filling defaults), infers output dtypes and shapes, and picks a unique
+  // name. On error returns it, and also records it in status().
+  Result<Node*> add_node(NodeSpec spec);
+  // Adds a control edge: `node` runs after `dep`.
+  Status add_control_input(Node* node, const Node* dep);
+
+  // The first error of any builder; OK if none.
+  const Status& status() const { return status_; }
+  // Builders call this when they fail before reaching add_node.
+  void record_error(Status s) { status_.update(s); }
+
+  int num_nodes() const { return static_cast<int>(nodes_.size()); }
+  const Node* node(int id) const { return nodes_[static_cast<std::size_t>(id)].get(); }
+  Node* mutable_node(int id) { return nodes_[static_cast<std::size_t>(id)].get(); }
+  // nullptr when absent.
+  const Node* find_node(std::string_view name) const;
+  // "node:index" -> Output: NotFound for an unknown node, InvalidArgument for
+  // a bad name or an index out of range.
+  Result<Output> find_output(std::string_view name) const;
+
+  const OpRegistry& registry() const { return *registry_; }
+
+  // Name scopes: while the returned guard lives, new nodes are named
+  // "<scope>/<name>". Scopes nest.
+  class ScopeGuard {
+   public:
+    ScopeGuard(ScopeGuard&& o) noexcept : graph_(o.graph_), kind_(o.kind_), saved_(o.saved_) {
+      o.graph_ = nullptr;
+    }
+    ScopeGuard(const ScopeGuard&) = delete;
+    ScopeGuard& operator=(const ScopeGuard&) = delete;
+    ScopeGuard& operator=(ScopeGuard&&) = delete;
+    ~ScopeGuard();
+
+   private:
+    friend class Graph;
+    ScopeGuard(Graph* g, int kind, std::size_t saved) : graph_(g), kind_(kind), saved_(saved) {}
+    Graph* graph_;
+    int kind_;
+    std::size_t saved_;
+  };
+  [[nodiscard]] ScopeGuard name_scope(std::string_view scope);
+  // While the guard lives, every new node runs after `deps` (TF's
+  // control_dependencies). Nests: inner scopes add to outer ones.
+  [[nodiscard]] ScopeGuard control_dependencies(std::vector<const Node*> deps);
+  // The name a node named `base` would get now (scope prefix + suffix).
+  std::string unique_name(std::string_view base) const;
+
+  // Graph-level random seed (TF's tf.set_random_seed). Random ops built
+  // after this call derive their op seed from it deterministically.
+  void set_seed(int64_t seed) { seed_ = seed; }
+  std::optional<int64_t> seed() const { return seed_; }
+  // A new per-op seed (graph seed set: deterministic sequence).
+  int64_t next_op_seed() { return ++op_seed_counter_; }
+
+  // Named lists of nodes, e.g. "variable_initializers".
+  void add_to_collection(std::string_view key, const Node* node);
+  std::span<const Node* const> collection(std::string_view key) const;
+
+ private:
+  std::string scoped(std::string_view base) const;
+
+  const OpRegistry* registry_;
+  std::vector<std::unique_ptr<Node>> nodes_;
+  std::unordered_map<std::string, int> by_name_;
+  std::string scope_;
+  std::vector<const Node*> control_scope_;
+  std::optional<int64_t> seed_;
+  int64_t op_seed_counter_ = 0;
+  std::map<std::string, std::vector<const Node*>, std::less<>> collections_;
+  Status status_;
+};
+
+// How run() and partial_run() name a tensor: an Output of the session's
+// graph or a "node:index" string.
+class TensorRef {
+ public:
+  TensorRef(const Output& o) : output_(o) {}                  // NOLINT(google-explicit-constructor)
+  TensorRef(std::string_view name) : name_(name) {}           // NOLINT
+  TensorRef(const char* name) : name_(name) {}                // NOLINT
+  TensorRef(const std::string& name) : name_(name) {}         // NOLINT
+  bool is_output() const { return output_.is_valid(); }
+  const Output& output() const { return output_; }
+  const std::string& name() const { return name_; }
+  // "node:index" either way.
+  std::string to_string() const { return is_output() ? output_.name() : name_; }
+
+ private:
+  Output output_;
+  std::string name_;
+};
+
+// How run() names a target: a node, any of its Outputs, or its name.
+class TargetRef {
+ public:
+  TargetRef(const Node* node) : node_(node) {}                          // NOLINT
+  TargetRef(const Output& o) : node_(o.node()) {}                       // NOLINT
+  TargetRef(std::string_view name) : name_(name) {}                     // NOLINT
+  TargetRef(const char* name) : name_(name) {}                          // NOLINT
+  TargetRef(const std::string& name) : name_(name) {}                   // NOLINT
+  const Node* node() const { return node_; }
+  const std::string& name() const { return name_; }
+  std::string to_string() const;
+
+ private:
+  const Node* node_ = nullptr;
+  std::string name_;
+};
+
+std::ostream& operator<<(std::ostream& os, const Output& o);
+
+}  // namespace graphrun

@@ -1,0 +1,175 @@
+// File: graphrun/ops.h
+// Op builder functions: each adds one node (or a few) to a Graph, checks
+// dtypes and infers shapes at build time. On error they record it in
+// graph.status() (naming the node and the shapes) and return an invalid
+// Output; see <graphrun/graph.h>. `name` empty means the op's name; names
+// are made unique and prefixed by the current name scope.
+//
+//   Graph g;
+//   Output x = ops::Placeholder(g, DType::kFloat32, Shape{2, 2}, "x");
+//   Output y = ops::MatMul(g, x, ops::Const(g, Tensor::matrix<float>({{1, 0}, {0, 1}})));
+//   Output z = ops::Relu(g, y, "z");
+//
+// Thread safety: as Graph (thread-compatible).
+#pragma once
+
+#include <graphrun/graph.h>
+#include <graphrun/op_kernel.h>
+#include <graphrun/status.h>
+#include <graphrun/tensor.h>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+namespace graphrun::ops {
+
+// ---- Array and control (ops/array, ops/control) ----
+
+// Must be fed. `shape` may have unknown dims ([?,3]) or unknown rank.
+Output Placeholder(Graph& g, DType dtype, Shape shape = Shape::unknown(),
+                   std::string_view name = {});
+// Passes `default_value` through unless fed; `shape` may be less specific.
+Output PlaceholderWithDefault(Graph& g, Output default_value, Shape shape,
+                              std::string_view name = {});
+Output Const(Graph& g, Tensor value, std::string_view name = {});
+Output Identity(Graph& g, Output x, std::string_view name = {});
+// Does nothing; a target and an anchor for control dependencies.
+const Node* NoOp(Graph& g, std::string_view name = {});
+// A NoOp that runs after every node of `deps` (TF's tf.group).
+const Node* Group(Graph& g, std::vector<const Node*> deps, std::string_view name = {});
+// `shape` is an int32 or int64 vector; one entry may be -1 (inferred).
+Output Reshape(Graph& g, Output x, Output shape, std::string_view name = {});
+Output Reshape(Graph& g, Output x, std::vector<int64_t> shape, std::string_view name = {});
+Output Cast(Graph& g, Output x, DType to, std::string_view name = {});
+// A tensor of shape `dims` (int32/int64 vector) filled with scalar `value`.
+Output Fill(Graph& g, Output dims, Output value, std::string_view name = {});
+Output Zeros(Graph& g, Shape shape, DType dtype = DType::kFloat32, std::string_view name = {});
+Output Ones(Graph& g, Shape shape, DType dtype = DType::kFloat32, std::string_view name = {});
+
+// ---- Math (ops/math) ----
+
+// Elementwise with NumPy broadcasting; both inputs of one dtype.
+Output Add(Graph& g, Output x, Output y, std::string_view name = {});
+Output Sub(Graph& g, Output x, Output y, std::string_view name = {});
+Output Mul(Graph& g, Output x, Output y, std::string_view name = {});
+// Integer division truncates toward zero; division by zero is an error.
+Output Div(Graph& g, Output x, Output y, std::string_view name = {});
+
+Output Neg(Graph& g, Output x, std::string_view name = {});
+Output Square(Graph& g, Output x, std::string_view name = {});
+Output Sqrt(Graph& g, Output x, std::string_view name = {});
+Output Exp(Graph& g, Output x, std::string_view name = {});
+Output Log(Graph& g, Output x, std::string_view name = {});
+Output Tanh(Graph& g, Output x, std::string_view name = {});
+Output Sigmoid(Graph& g, Output x, std::string_view name = {});
+Output Relu(Graph& g, Output x, std::string_view name = {});
+
+struct MatMulAttrs {
+  bool transpose_a = false;
+  bool transpose_b = false;
+};
+// Rank-2 product; inner dimensions must agree.
+Output MatMul(Graph& g, Output a, Output b, MatMulAttrs attrs = {}, std::string_view name = {});
+
+// Reductions over `axes` (negative axes count from the end; empty = none
+// for Sum/Mean/Max as in TF's op, use all_axes() to reduce everything).
+Output Sum(Graph& g, Output x, std::vector<int64_t> axes, bool keep_dims = false,
+           std::string_view name = {});
+Output Mean(Graph& g, Output x, std::vector<int64_t> axes, bool keep_dims = false,
+            std::string_view name = {});
+Output Max(Graph& g, Output x, std::vector<int64_t> axes, bool keep_dims = false,
+           std::string_view name = {});
+// Forms taking the axes as an int32/int64 tensor (as in GraphDefs).
+Output Sum(Graph& g, Output x, Output axes, bool keep_dims = false, std::string_view name = {});
+Output Mean(Graph& g, Output x, Output axes, bool keep_dims = false, std::string_view name = {});
+Output Max(Graph& g, Output x, Output axes, bool keep_dims = false, std::string_view name = {});
+
+// ---- Variables (ops/state) ----
+
+// A variable of `initial_value`'s dtype and shape. Returns its value (a
+// snapshot read). The initializer (an Assign of `initial_value`) is added to
+// the graph's "variable_initializers" collection; run
+// GlobalVariablesInitializer before reading. Reading an uninitialized
+// variable is FailedPrecondition naming it.
+Output Variable(Graph& g, Tensor initial_value, std::string_view name = {});
+Output Variable(Graph& g, Output initial_value, std::string_view name = {});
+
+struct AssignAttrs {
+  // Atomic with respect to other locked updates of the same variable.
+  bool use_locking = true;
+};
+// `var` is an Output of a Variable node. Each returns the new value.
+Output Assign(Graph& g, Output var, Output value, AssignAttrs attrs = {},
+              std::string_view name = {});
+Output AssignAdd(Graph& g, Output var, Output value, AssignAttrs attrs = {},
+                 std::string_view name = {});
+Output AssignSub(Graph& g, Output var, Output value, AssignAttrs attrs = {},
+                 std::string_view name = {});
+// A snapshot of the variable's value (order it after writes with control
+// dependencies).
+Output ReadVariable(Graph& g, Output var, std::string_view name = {});
+// Groups every initializer of the graph's variables.
+const Node* GlobalVariablesInitializer(Graph& g, std::string_view name = "init");
+
+// ---- Random (ops/random) ----
+
+struct RandomAttrs {
+  // Op seed. With neither graph seed nor op seed set, draws are not
+  // reproducible across sessions; with either set, a session repeats the
+  // same sequence for the same sequence of runs (as TF).
+  std::optional<int64_t> seed;
+};
+// Uniform in [0, 1); `shape` an int32/int64 vector. Each execution draws
+// new values.
+Output RandomUniform(Graph& g, Output shape, DType dtype = DType::kFloat32, RandomAttrs attrs = {},
+                     std::string_view name = {});
+Output RandomUniform(Graph& g, Shape shape, DType dtype = DType::kFloat32, RandomAttrs attrs = {},
+                     std::string_view name = {});
+// Standard normal (op "RandomStandardNormal"), scaled by stddev and shifted
+// by mean when they are not 1 and 0.
+Output RandomNormal(Graph& g, Output shape, DType dtype = DType::kFloat32, double mean = 0.0,
+                    double stddev = 1.0, RandomAttrs attrs = {}, std::string_view name = {});
+Output RandomNormal(Graph& g, Shape shape, DType dtype = DType::kFloat32, double mean = 0.0,
+                    double stddev = 1.0, RandomAttrs attrs = {}, std::string_view name = {});
+
+// ---- Iterators (ops/data) ----
+
+// An iterator over a dataset. `next` yields the next element each time it
+// runs (once per step) and fails with OutOfRange past the end;
+// `initializer` rewinds it to the start. It starts initialized.
+struct Iterator {
+  Output next;
+  const Node* initializer = nullptr;
+};
+// Elements are the rows (slices along dimension 0) of `data`.
+Iterator TensorRowsIterator(Graph& g, Tensor data, std::string_view name = {});
+// Elements are int64 scalars start, start+step, ... < stop (> stop if step < 0).
+Iterator RangeIterator(Graph& g, int64_t start, int64_t stop, int64_t step = 1,
+                       std::string_view name = {});
+
+// ---- Custom C++ callables (ops/control/call_op.cc) ----
+
+// Tensors in, tensors out. Must be thread-safe: steps run concurrently.
+using CallableFn = std::function<Result<std::vector<Tensor>>(std::span<const Tensor> inputs)>;
+// The same with the kernel context (parallel_for, cancellation).
+using CallableKernelFn = std::function<Status(OpKernelContext& ctx)>;
+
+struct CallAttrs {
+  // Declared output shapes (unknown if omitted).
+  std::vector<Shape> output_shapes;
+  // Stateful callables run once per step and never get deduplicated.
+  bool stateful = true;
+};
+// Adds a node that runs `fn` on its inputs. Returns one Output per entry of
+// `output_dtypes`; the results must match those dtypes (an error names the
+// node otherwise).
+std::vector<Output> Call(Graph& g, std::vector<Output> inputs, std::vector<DType> output_dtypes,
+                         CallableFn fn, CallAttrs attrs = {}, std::string_view name = {});
+std::vector<Output> Call(Graph& g, std::vector<Output> inputs, std::vector<DType> output_dtypes,
+                         CallableKernelFn fn, CallAttrs attrs = {}, std::string_view name = {});
+
+}  // namespace graphrun::ops

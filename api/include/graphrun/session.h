@@ -1,0 +1,131 @@
+// File: graphrun/session.h
+// Session: runs a graph, TensorFlow-1 style, on a oneTBB flow graph.
+//
+//   auto session = Session::create(graph).value();
+//   Result<std::vector<Tensor>> out = session->run({{x, Tensor(3.0f)}}, {y});
+//
+// run(feeds, fetches, targets) computes only what the fetches and targets
+// need. Any tensor may be fed, not only a placeholder: the feed replaces the
+// tensor, and its producer runs only if something else needs it. Fetching a
+// fed tensor returns the fed value. Variables, random generators and
+// iterators keep their state across runs of one session.
+//
+// Thread safety: thread-safe for run() and close() from any number of
+// threads. The session copies the graph at creation; later changes to the
+// Graph object do not affect it. Destroying a session waits for its runs.
+#pragma once
+
+#include <graphrun/graph.h>
+#include <graphrun/status.h>
+#include <graphrun/tensor.h>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace graphrun {
+
+namespace sched {
+class SessionImpl;
+class CallableImpl;
+}  // namespace sched
+
+struct SessionOptions {
+  // Threads executing kernels (inter- and intra-op share them); 0 = all cores.
+  int inter_op_threads = 0;
+  // Distinct (feeds, fetches, targets) signatures whose compiled plans are
+  // kept; the least recently used is dropped past this.
+  std::size_t plan_cache_capacity = 128;
+};
+
+struct RunOptions {
+  // The run fails with DeadlineExceeded (and is cancelled) past this.
+  std::optional<std::chrono::milliseconds> timeout;
+  // Collect per-node step statistics into RunMetadata.
+  bool trace = false;
+};
+
+// What one node execution did (when tracing).
+struct NodeExecStats {
+  std::string node;
+  std::string op;
+  int64_t start_ns = 0;  // steady clock, since the session's epoch
+  int64_t end_ns = 0;
+  int thread = 0;        // oneTBB arena slot of the executing thread
+  std::vector<Shape> output_shapes;
+  int64_t output_bytes = 0;
+};
+
+struct RunMetadata {
+  std::vector<NodeExecStats> step_stats;
+};
+
+// A feed: the tensor to replace and its value.
+struct Feed {
+  TensorRef tensor;
+  Tensor value;
+};
+using FeedList = std::vector<Feed>;
+
+// A prepared signature (TF's MakeCallable): run() with positional feeds and
+// fetches and no name resolution or plan lookup. A run through a Callable
+// allocates nothing beyond the tensors its kernels produce.
+// Thread safety: thread-safe; the session must outlive it.
+class Callable {
+ public:
+  Callable(Callable&&) noexcept;
+  Callable& operator=(Callable&&) noexcept;
+  ~Callable();
+
+  // `feeds` in the order given to make_callable; `fetches` must have one
+  // slot per declared fetch and receives them in order.
+  Status run(std::span<const Tensor> feeds, std::span<Tensor> fetches,
+             const RunOptions& options = {}, RunMetadata* metadata = nullptr) const;
+  std::size_t num_feeds() const;
+  std::size_t num_fetches() const;
+
+ private:
+  friend class sched::SessionImpl;
+  explicit Callable(std::unique_ptr<sched::CallableImpl> impl);
+  std::unique_ptr<sched::CallableImpl> impl_;
+};
+
+class Session {
+ public:
+  // Copies `graph`; fails if graph.status() is not OK.
+  static Result<std::unique_ptr<Session>> create(const Graph& graph, SessionOptions options = {});
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+
+  // Returns the fetched tensors in the order of `fetches` (duplicates
+  // repeated). At least one fetch or target is required.
+  Result<std::vector<Tensor>> run(const FeedList& feeds, const std::vector<TensorRef>& fetches,
+                                  const std::vector<TargetRef>& targets = {},
+                                  const RunOptions& options = {},
+                                  RunMetadata* metadata = nullptr);
+
+  // Compiles the signature once for repeated runs.
+  Result<Callable> make_callable(const std::vector<TensorRef>& feeds,
+                                 const std::vector<TensorRef>& fetches,
+                                 const std::vector<TargetRef>& targets = {});
+
+  // Cancels runs in flight (they return Cancelled); later calls return
+  // Cancelled "Session has been closed.". Idempotent.
+  Status close();
+
+  // The session's copy of the graph.
+  const Graph& graph() const;
+  // Number of compiled plans currently cached.
+  std::size_t num_cached_plans() const;
+
+ private:
+  explicit Session(std::unique_ptr<sched::SessionImpl> impl);
+  std::unique_ptr<sched::SessionImpl> impl_;
+};
+
+}  // namespace graphrun

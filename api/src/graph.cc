@@ -1,0 +1,353 @@
+#include <graphrun/graph.h>
+#include <graphrun/op_kernel.h>
+
+#include <algorithm>
+#include <charconv>
+#include <ostream>
+
+namespace graphrun {
+
+// ---- Output, names ----
+
+DType Output::dtype() const { return node_->output_dtype(index_); }
+const Shape& Output::shape() const { return node_->output_shape(index_); }
+std::string Output::name() const {
+  if (node_ == nullptr) return "<invalid output>";
+  return fmt::format("{}:{}", node_->name(), index_);
+}
+std::ostream& operator<<(std::ostream& os, const Output& o) { return os << o.name(); }
+
+Result<TensorName> parse_tensor_name(std::string_view name) {
+  if (name.empty()) return invalid_argument("empty tensor name");
+  const auto colon = name.rfind(':');
+  if (colon == std::string_view::npos) return TensorName{name, 0};
+  std::string_view node = name.substr(0, colon);
+  std::string_view index = name.substr(colon + 1);
+  if (node.empty()) return invalid_argument("tensor name '{}' has no node part", name);
+  int value = -1;
+  auto [ptr, ec] = std::from_chars(index.data(), index.data() + index.size(), value);
+  if (index.empty() || ec != std::errc() || ptr != index.data() + index.size() || value < 0) {
+    return invalid_argument("tensor name '{}': output index '{}' is not a non-negative integer",
+                            name, index);
+  }
+  return TensorName{node, value};
+}
+
+std::string TargetRef::to_string() const { return node_ != nullptr ? node_->name() : name_; }
+
+// ---- Node ----
+
+const OpDef& Node::op_def() const { return registration_->def; }
+bool Node::is_stateful() const { return registration_->def.is_stateful(); }
+const AttrValue* Node::find_attr(std::string_view name) const {
+  auto it = attrs_.find(name);
+  return it == attrs_.end() ? nullptr : &it->second;
+}
+std::string Node::describe() const { return fmt::format("node '{}' ({})", name_, op_); }
+
+// ---- Graph ----
+
+Graph::Graph(const OpRegistry& registry) : registry_(&registry) {}
+Graph::Graph(Graph&& other) noexcept { *this = std::move(other); }
+Graph& Graph::operator=(Graph&& other) noexcept {
+  registry_ = other.registry_;
+  nodes_ = std::move(other.nodes_);
+  by_name_ = std::move(other.by_name_);
+  scope_ = std::move(other.scope_);
+  control_scope_ = std::move(other.control_scope_);
+  seed_ = other.seed_;
+  op_seed_counter_ = other.op_seed_counter_;
+  collections_ = std::move(other.collections_);
+  status_ = std::move(other.status_);
+  // Nodes point back at their graph.
+  for (auto& n : nodes_) n->graph_ = this;
+  return *this;
+}
+Graph::~Graph() = default;
+
+Graph Graph::clone() const {
+  Graph copy(*registry_);
+  copy.nodes_.reserve(nodes_.size());
+  for (const auto& n : nodes_) {
+    auto c = std::unique_ptr<Node>(new Node(*n));
+    c->graph_ = &copy;
+    copy.nodes_.push_back(std::move(c));
+  }
+  // Remap pointers into the copy (ids are indices).
+  for (auto& c : copy.nodes_) {
+    for (Output& in : c->inputs_) in = Output(copy.nodes_[in.node()->id()].get(), in.index());
+    for (const Node*& dep : c->control_inputs_) dep = copy.nodes_[dep->id()].get();
+  }
+  copy.by_name_ = by_name_;
+  copy.scope_ = scope_;
+  for (const Node* dep : control_scope_) copy.control_scope_.push_back(copy.nodes_[dep->id()].get());
+  copy.seed_ = seed_;
+  copy.op_seed_counter_ = op_seed_counter_;
+  for (const auto& [key, list] : collections_) {
+    auto& out = copy.collections_[key];
+    for (const Node* n : list) out.push_back(copy.nodes_[n->id()].get());
+  }
+  copy.status_ = status_;
+  return copy;
+}
+
+std::string Graph::scoped(std::string_view base) const {
+  if (scope_.empty()) return std::string(base);
+  return fmt::format("{}/{}", scope_, base);
+}
+
+std::string Graph::unique_name(std::string_view base) const {
+  std::string name = scoped(base);
+  if (!by_name_.contains(name)) return name;
+  for (int i = 1;; ++i) {
+    std::string candidate = fmt::format("{}_{}", name, i);
+    if (!by_name_.contains(candidate)) return candidate;
+  }
+}
+
+const Node* Graph::find_node(std::string_view name) const {
+  auto it = by_name_.find(std::string(name));
+  return it == by_name_.end() ? nullptr : nodes_[static_cast<std::size_t>(it->second)].get();
+}
+
+Result<Output> Graph::find_output(std::string_view name) const {
+  GRAPHRUN_ASSIGN_OR_RETURN(TensorName tn, parse_tensor_name(name));
+  const Node* n = find_node(tn.node);
+  if (n == nullptr) return not_found("no node named '{}' in the graph", tn.node);
+  if (tn.index >= n->num_outputs()) {
+    if (n->num_outputs() == 0) {
+      return invalid_argument("{} has no outputs; '{}' does not exist", n->describe(), name);
+    }
+    return invalid_argument("{} has {} output(s); index {} in '{}' is out of range",
+                            n->describe(), n->num_outputs(), tn.index, name);
+  }
+  return Output(n, tn.index);
+}
+
+namespace {
+
+// Resolves the dtype bound to type variable `attr` for a node being built.
+Status bind_type_attr(const OpDef& def, const std::string& attr, DType dtype, AttrMap& attrs,
+                      const std::string& node, std::string_view arg) {
+  auto it = attrs.find(attr);
+  if (it == attrs.end()) {
+    attrs.emplace(attr, dtype);
+    return Status::ok();
+  }
+  const DType* bound = std::get_if<DType>(&it->second);
+  if (bound == nullptr) {
+    return invalid_argument("node '{}' ({}): attribute '{}' must be a type", node, def.name(), attr);
+  }
+  if (*bound != dtype) {
+    return invalid_argument("node '{}' ({}): input '{}' is {} but {} is {} (from an earlier input or attribute)",
+                            node, def.name(), arg, dtype_name(dtype), attr, dtype_name(*bound));
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<Node*> Graph::add_node(NodeSpec spec) {
+  auto fail = [&](Status s) -> Result<Node*> {
+    status_.update(s);
+    return s;
+  };
+  const OpRegistration* reg = registry_->find(spec.op);
+  if (spec.name.empty()) spec.name = spec.op;
+  if (reg == nullptr) {
+    return fail(not_found("node '{}': op '{}' is not registered", scoped(spec.name), spec.op));
+  }
+  const OpDef& def = reg->def;
+  // A failed earlier builder leaves invalid Outputs: do nothing more (the
+  // graph already holds that error).
+  for (const Output& in : spec.inputs) {
+    if (!in.is_valid()) {
+      Status s = status_.is_ok() ? invalid_argument("node '{}' ({}): an input is invalid",
+                                                    scoped(spec.name), spec.op)
+                                 : status_;
+      return fail(s);
+    }
+  }
+  spec.name = unique_name(spec.name);
+  const std::string& name = spec.name;
+  for (const Output& in : spec.inputs) {
+    if (&in.node()->graph() != this) {
+      return fail(invalid_argument("node '{}' ({}): input '{}' belongs to another graph", name,
+                                   spec.op, in.name()));
+    }
+    if (in.index() < 0 || in.index() >= in.node()->num_outputs()) {
+      return fail(invalid_argument("node '{}' ({}): input '{}' is out of range", name, spec.op,
+                                   in.name()));
+    }
+  }
+  for (const Node* dep : spec.control_inputs) {
+    if (dep == nullptr || &dep->graph() != this) {
+      return fail(invalid_argument("node '{}' ({}): a control input is invalid or belongs to "
+                                   "another graph", name, spec.op));
+    }
+  }
+  // Input count and dtypes.
+  if (!def.has_variadic_inputs() && spec.inputs.size() != def.inputs().size()) {
+    return fail(invalid_argument("node '{}' ({}): expects {} input(s), got {}", name, spec.op,
+                                 def.inputs().size(), spec.inputs.size()));
+  }
+  if (!def.has_variadic_inputs()) {
+    for (std::size_t i = 0; i < def.inputs().size(); ++i) {
+      const ArgDef& arg = def.inputs()[i];
+      const DType got = spec.inputs[i].dtype();
+      if (arg.fixed != DType::kInvalid) {
+        if (got != arg.fixed) {
+          return fail(invalid_argument("node '{}' ({}): input '{}' ({}) must be {}, got {}", name,
+                                       spec.op, arg.name, spec.inputs[i].name(),
+                                       dtype_name(arg.fixed), dtype_name(got)));
+        }
+      } else {
+        Status s = bind_type_attr(def, arg.type_attr, got, spec.attrs, name, arg.name);
+        if (!s.is_ok()) return fail(s);
+      }
+    }
+  }
+  // Type attrs: present and allowed.
+  for (const auto& ta : def.type_attrs()) {
+    auto it = spec.attrs.find(ta.name);
+    if (it == spec.attrs.end()) {
+      return fail(invalid_argument("node '{}' ({}): type attribute '{}' is not set", name, spec.op,
+                                   ta.name));
+    }
+    const DType* d = std::get_if<DType>(&it->second);
+    if (d == nullptr) {
+      return fail(invalid_argument("node '{}' ({}): attribute '{}' must be a type", name, spec.op,
+                                   ta.name));
+    }
+    if (std::find(ta.allowed.begin(), ta.allowed.end(), *d) == ta.allowed.end()) {
+      std::string allowed;
+      for (DType a : ta.allowed) allowed += fmt::format("{}{}", allowed.empty() ? "" : ", ", dtype_name(a));
+      return fail(invalid_argument("node '{}' ({}): {} is {}, which is not one of {{{}}}", name,
+                                   spec.op, ta.name, dtype_name(*d), allowed));
+    }
+  }
+  // Other attrs: defaults and kinds.
+  for (const auto& ad : def.attrs()) {
+    auto it = spec.attrs.find(ad.name);
+    if (it == spec.attrs.end()) {
+      if (ad.required) {
+        return fail(invalid_argument("node '{}' ({}): required attribute '{}' ({}) is missing",
+                                     name, spec.op, ad.name, attr_kind_name(ad.value)));
+      }
+      spec.attrs.emplace(ad.name, ad.value);
+    } else if (it->second.index() != ad.value.index()) {
+      return fail(invalid_argument("node '{}' ({}): attribute '{}' must be a {}, got a {}", name,
+                                   spec.op, ad.name, attr_kind_name(ad.value),
+                                   attr_kind_name(it->second)));
+    }
+  }
+  // Output dtypes.
+  std::vector<DType> out_dtypes;
+  if (!def.output_list_attr().empty()) {
+    auto list = get_attr<std::vector<DType>>(spec.attrs, def.output_list_attr(), name);
+    if (!list.is_ok()) return fail(list.status());
+    out_dtypes = *list;
+  }
+  for (const ArgDef& arg : def.outputs()) {
+    if (arg.fixed != DType::kInvalid) {
+      out_dtypes.push_back(arg.fixed);
+    } else {
+      auto d = get_attr<DType>(spec.attrs, arg.type_attr, name);
+      if (!d.is_ok()) return fail(d.status());
+      out_dtypes.push_back(*d);
+    }
+  }
+  // Shapes.
+  std::vector<DType> in_dtypes;
+  std::vector<Shape> in_shapes;
+  std::vector<const Tensor*> constants;
+  for (const Output& in : spec.inputs) {
+    in_dtypes.push_back(in.dtype());
+    in_shapes.push_back(in.shape());
+    const Tensor* c = nullptr;
+    if (in.node()->op() == "Const") {
+      if (const AttrValue* v = in.node()->find_attr("value")) c = std::get_if<Tensor>(v);
+    }
+    constants.push_back(c);
+  }
+  std::vector<Shape> out_shapes(out_dtypes.size(), Shape::unknown());
+  if (def.shape_function()) {
+    InferenceContext ctx(spec, in_dtypes, in_shapes, constants, &out_dtypes, &out_shapes);
+    Status s = def.shape_function()(ctx);
+    if (!s.is_ok()) {
+      // Shape functions report bare reasons; name the node here.
+      return fail(s.with_prefix(ctx.describe()));
+    }
+  }
+  // Control scope.
+  for (const Node* dep : control_scope_) {
+    if (std::find(spec.control_inputs.begin(), spec.control_inputs.end(), dep) ==
+        spec.control_inputs.end()) {
+      spec.control_inputs.push_back(dep);
+    }
+  }
+
+  auto node = std::unique_ptr<Node>(new Node());
+  node->graph_ = this;
+  node->registration_ = reg;
+  node->id_ = static_cast<int>(nodes_.size());
+  node->name_ = std::move(spec.name);
+  node->op_ = std::move(spec.op);
+  node->inputs_ = std::move(spec.inputs);
+  node->control_inputs_ = std::move(spec.control_inputs);
+  node->attrs_ = std::move(spec.attrs);
+  node->output_dtypes_ = std::move(out_dtypes);
+  node->output_shapes_ = std::move(out_shapes);
+  node->kernel_ = std::move(spec.kernel);
+  by_name_.emplace(node->name_, node->id_);
+  nodes_.push_back(std::move(node));
+  return nodes_.back().get();
+}
+
+Status Graph::add_control_input(Node* node, const Node* dep) {
+  if (node == nullptr || dep == nullptr || &node->graph() != this || &dep->graph() != this) {
+    return invalid_argument("add_control_input: both nodes must belong to this graph");
+  }
+  if (std::find(node->control_inputs_.begin(), node->control_inputs_.end(), dep) ==
+      node->control_inputs_.end()) {
+    node->control_inputs_.push_back(dep);
+  }
+  return Status::ok();
+}
+
+Graph::ScopeGuard::~ScopeGuard() {
+  if (graph_ == nullptr) return;
+  if (kind_ == 0) {
+    graph_->scope_.resize(saved_);
+  } else {
+    graph_->control_scope_.resize(saved_);
+  }
+}
+
+Graph::ScopeGuard Graph::name_scope(std::string_view scope) {
+  const std::size_t saved = scope_.size();
+  scope_ = scope_.empty() ? std::string(scope) : fmt::format("{}/{}", scope_, scope);
+  return ScopeGuard(this, 0, saved);
+}
+
+Graph::ScopeGuard Graph::control_dependencies(std::vector<const Node*> deps) {
+  const std::size_t saved = control_scope_.size();
+  for (const Node* d : deps) {
+    if (d != nullptr) control_scope_.push_back(d);
+  }
+  return ScopeGuard(this, 1, saved);
+}
+
+void Graph::add_to_collection(std::string_view key, const Node* node) {
+  auto it = collections_.find(key);
+  if (it == collections_.end()) it = collections_.emplace(std::string(key), std::vector<const Node*>{}).first;
+  it->second.push_back(node);
+}
+
+std::span<const Node* const> Graph::collection(std::string_view key) const {
+  auto it = collections_.find(key);
+  if (it == collections_.end()) return {};
+  return it->second;
+}
+
+}  // namespace graphrun

@@ -1,0 +1,379 @@
+#include <graphrun/tensor.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <new>
+#include <ostream>
+#include <vector>
+
+namespace graphrun {
+
+std::string_view dtype_name(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return "float32";
+    case DType::kFloat64: return "float64";
+    case DType::kInt32: return "int32";
+    case DType::kInt64: return "int64";
+    case DType::kBool: return "bool";
+    case DType::kInvalid: break;
+  }
+  return "invalid";
+}
+
+std::size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return 4;
+    case DType::kFloat64: return 8;
+    case DType::kInt32: return 4;
+    case DType::kInt64: return 8;
+    case DType::kBool: return 1;
+    case DType::kInvalid: break;
+  }
+  return 0;
+}
+
+DType dtype_from_name(std::string_view name) {
+  if (name == "float32" || name == "float") return DType::kFloat32;
+  if (name == "float64" || name == "double") return DType::kFloat64;
+  if (name == "int32") return DType::kInt32;
+  if (name == "int64") return DType::kInt64;
+  if (name == "bool") return DType::kBool;
+  return DType::kInvalid;
+}
+
+// ---- Shape ----
+
+Shape::Shape(std::initializer_list<int64_t> dims)
+    : Shape(std::span<const int64_t>(dims.begin(), dims.size())) {}
+
+Shape::Shape(std::span<const int64_t> dims) {
+  GRAPHRUN_CHECK_MSG(dims.size() <= static_cast<std::size_t>(kMaxRank),
+                     fmt::format("rank {} exceeds graphrun's maximum of {}", dims.size(), kMaxRank));
+  rank_ = static_cast<int>(dims.size());
+  std::copy(dims.begin(), dims.end(), dims_.begin());
+}
+
+Result<Shape> Shape::make(std::span<const int64_t> dims) {
+  if (dims.size() > static_cast<std::size_t>(kMaxRank)) {
+    return invalid_argument("rank {} exceeds graphrun's maximum of {}", dims.size(), kMaxRank);
+  }
+  int64_t n = 1;
+  for (int64_t d : dims) {
+    if (d < kUnknownDim) return invalid_argument("negative dimension {} in a shape", d);
+    if (d > 0 && n > 0 && n > std::numeric_limits<int64_t>::max() / d) {
+      return invalid_argument("shape [{}] has more elements than int64 can count",
+                              fmt::join(dims, ","));
+    }
+    if (d >= 0) n *= d;
+  }
+  return Shape(dims);
+}
+
+void Shape::add_dim(int64_t value) {
+  GRAPHRUN_CHECK(rank_ >= 0 && rank_ < kMaxRank);
+  dims_[static_cast<std::size_t>(rank_++)] = value;
+}
+
+bool Shape::is_fully_defined() const {
+  if (rank_ < 0) return false;
+  for (int64_t d : dims()) {
+    if (d < 0) return false;
+  }
+  return true;
+}
+
+int64_t Shape::num_elements() const {
+  if (!is_fully_defined()) return -1;
+  int64_t n = 1;
+  for (int64_t d : dims()) n *= d;
+  return n;
+}
+
+bool Shape::is_compatible_with(const Shape& other) const {
+  if (rank_ < 0 || other.rank_ < 0) return true;
+  if (rank_ != other.rank_) return false;
+  for (int i = 0; i < rank_; ++i) {
+    if (dim(i) >= 0 && other.dim(i) >= 0 && dim(i) != other.dim(i)) return false;
+  }
+  return true;
+}
+
+std::string Shape::to_string() const {
+  if (rank_ < 0) return "<unknown>";
+  std::string s = "[";
+  for (int i = 0; i < rank_; ++i) {
+    if (i > 0) s += ',';
+    s += dim(i) < 0 ? std::string("?") : std::to_string(dim(i));
+  }
+  s += ']';
+  return s;
+}
+
+bool operator==(const Shape& a, const Shape& b) {
+  if (a.rank_ != b.rank_) return false;
+  for (int i = 0; i < std::max(a.rank_, 0); ++i) {
+    if (a.dim(i) != b.dim(i)) return false;
+  }
+  return true;
+}
+
+// ---- TensorBuffer: one allocation, header then 64-byte aligned data ----
+
+namespace internal {
+struct alignas(64) TensorBuffer {
+  std::atomic<int64_t> refs{1};
+  std::size_t bytes = 0;
+
+  std::byte* data() { return reinterpret_cast<std::byte*>(this + 1); }
+
+  static TensorBuffer* create(std::size_t bytes, bool zero) {
+    void* mem = ::operator new(sizeof(TensorBuffer) + bytes, std::align_val_t{64});
+    auto* b = new (mem) TensorBuffer;
+    b->bytes = bytes;
+    if (zero && bytes > 0) std::memset(b->data(), 0, bytes);
+    return b;
+  }
+  void ref() { refs.fetch_add(1, std::memory_order_relaxed); }  // relaxed: a new ref comes from an existing one
+  void unref() {
+    if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      this->~TensorBuffer();
+      ::operator delete(static_cast<void*>(this), std::align_val_t{64});
+    }
+  }
+};
+static_assert(sizeof(TensorBuffer) == 64);
+}  // namespace internal
+
+namespace {
+Result<std::size_t> checked_bytes(DType dtype, const Shape& shape) {
+  if (dtype == DType::kInvalid) return invalid_argument("cannot allocate a tensor of invalid dtype");
+  if (!shape.is_fully_defined()) {
+    return invalid_argument("cannot allocate a tensor of shape {}: not fully defined",
+                            shape.to_string());
+  }
+  const int64_t n = shape.num_elements();
+  const auto size = static_cast<int64_t>(dtype_size(dtype));
+  if (n > std::numeric_limits<int64_t>::max() / size / 2) {
+    return resource_exhausted("tensor {}{} is too large", dtype_name(dtype), shape.to_string());
+  }
+  return static_cast<std::size_t>(n * size);
+}
+}  // namespace
+
+Tensor::Tensor(DType dtype, const Shape& shape) {
+  Result<Tensor> t = allocate(dtype, shape);
+  GRAPHRUN_CHECK_MSG(t.is_ok(), t.status().to_string());
+  *this = std::move(*t);
+}
+
+static Result<Tensor> allocate_impl(DType dtype, const Shape& shape, bool zero,
+                                    internal::TensorBuffer** out_buffer) {
+  GRAPHRUN_ASSIGN_OR_RETURN(std::size_t bytes, checked_bytes(dtype, shape));
+  try {
+    *out_buffer = bytes == 0 ? nullptr : internal::TensorBuffer::create(bytes, zero);
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("out of memory allocating {} bytes for a {}{} tensor", bytes,
+                              dtype_name(dtype), shape.to_string());
+  }
+  return Tensor();
+}
+
+Result<Tensor> Tensor::allocate(DType dtype, const Shape& shape) {
+  internal::TensorBuffer* buffer = nullptr;
+  Result<Tensor> r = allocate_impl(dtype, shape, /*zero=*/true, &buffer);
+  if (!r.is_ok()) return r;
+  Tensor t;
+  t.buffer_ = buffer;
+  t.dtype_ = dtype;
+  t.shape_ = shape;
+  t.num_elements_ = shape.num_elements();
+  return t;
+}
+
+Result<Tensor> Tensor::allocate_uninitialized(DType dtype, const Shape& shape) {
+  internal::TensorBuffer* buffer = nullptr;
+  Result<Tensor> r = allocate_impl(dtype, shape, /*zero=*/false, &buffer);
+  if (!r.is_ok()) return r;
+  Tensor t;
+  t.buffer_ = buffer;
+  t.dtype_ = dtype;
+  t.shape_ = shape;
+  t.num_elements_ = shape.num_elements();
+  return t;
+}
+
+Tensor Tensor::from_bytes(DType dtype, const Shape& shape, const void* data, std::size_t bytes) {
+  Result<Tensor> t = allocate_uninitialized(dtype, shape);
+  GRAPHRUN_CHECK_MSG(t.is_ok(), t.status().to_string());
+  GRAPHRUN_CHECK(t->byte_size() == bytes);
+  if (bytes > 0) std::memcpy(t->raw_data(), data, bytes);
+  return std::move(*t);
+}
+
+Tensor::Tensor(const Tensor& other) noexcept
+    : buffer_(other.buffer_),
+      dtype_(other.dtype_),
+      shape_(other.shape_),
+      num_elements_(other.num_elements_) {
+  if (buffer_ != nullptr) buffer_->ref();
+}
+
+Tensor::Tensor(Tensor&& other) noexcept
+    : buffer_(other.buffer_),
+      dtype_(other.dtype_),
+      shape_(other.shape_),
+      num_elements_(other.num_elements_) {
+  other.buffer_ = nullptr;
+  other.dtype_ = DType::kInvalid;
+  other.shape_ = Shape();
+  other.num_elements_ = 0;
+}
+
+Tensor& Tensor::operator=(const Tensor& other) noexcept {
+  if (this != &other) {
+    if (other.buffer_ != nullptr) other.buffer_->ref();
+    if (buffer_ != nullptr) buffer_->unref();
+    buffer_ = other.buffer_;
+    dtype_ = other.dtype_;
+    shape_ = other.shape_;
+    num_elements_ = other.num_elements_;
+  }
+  return *this;
+}
+
+Tensor& Tensor::operator=(Tensor&& other) noexcept {
+  if (this != &other) {
+    if (buffer_ != nullptr) buffer_->unref();
+    buffer_ = other.buffer_;
+    dtype_ = other.dtype_;
+    shape_ = other.shape_;
+    num_elements_ = other.num_elements_;
+    other.buffer_ = nullptr;
+    other.dtype_ = DType::kInvalid;
+    other.shape_ = Shape();
+    other.num_elements_ = 0;
+  }
+  return *this;
+}
+
+Tensor::~Tensor() {
+  if (buffer_ != nullptr) buffer_->unref();
+}
+
+void* Tensor::raw_data() { return buffer_ == nullptr ? nullptr : buffer_->data(); }
+const void* Tensor::raw_data() const { return buffer_ == nullptr ? nullptr : buffer_->data(); }
+
+void Tensor::check_type(DType requested) const {
+  if (requested != dtype_) {
+    internal::check_failed(__FILE__, __LINE__, "Tensor element type",
+                           fmt::format("accessed a {} tensor as {}", dtype_name(dtype_),
+                                       dtype_name(requested)));
+  }
+}
+
+bool Tensor::is_sole_owner() const {
+  return buffer_ == nullptr || buffer_->refs.load(std::memory_order_acquire) == 1;
+}
+
+Tensor Tensor::deep_copy() const {
+  if (!is_initialized()) return Tensor();
+  return from_bytes(dtype_, shape_, raw_data(), byte_size());
+}
+
+Result<Tensor> Tensor::reshaped(const Shape& shape) const {
+  if (shape.num_elements() != num_elements_) {
+    return invalid_argument("cannot reshape a tensor of shape {} ({} elements) to {}",
+                            shape_.to_string(), num_elements_, shape.to_string());
+  }
+  Tensor t = *this;
+  t.shape_ = shape;
+  return t;
+}
+
+bool Tensor::equals(const Tensor& other) const {
+  if (dtype_ != other.dtype_ || !(shape_ == other.shape_)) return false;
+  if (!is_initialized()) return true;
+  return visit_dtype(dtype_, [&](auto zero) {
+    using T = decltype(zero);
+    auto a = flat<T>();
+    auto b = other.flat<T>();
+    return std::equal(a.begin(), a.end(), b.begin());
+  });
+}
+
+bool Tensor::all_close(const Tensor& other, double rtol, double atol) const {
+  if (dtype_ != other.dtype_ || !(shape_ == other.shape_)) return false;
+  if (!is_initialized()) return true;
+  return visit_dtype(dtype_, [&](auto zero) {
+    using T = decltype(zero);
+    auto a = flat<T>();
+    auto b = other.flat<T>();
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      const auto x = static_cast<double>(a[i]);
+      const auto y = static_cast<double>(b[i]);
+      if (std::isnan(x) || std::isnan(y)) {
+        if (std::isnan(x) != std::isnan(y)) return false;
+        continue;
+      }
+      if (std::abs(x - y) > atol + rtol * std::abs(y)) return false;
+    }
+    return true;
+  });
+}
+
+std::string Tensor::debug_type() const {
+  return fmt::format("{}{}", dtype_name(dtype_), shape_.to_string());
+}
+
+std::string Tensor::to_string(int64_t max_elements) const {
+  if (!is_initialized()) return "<uninitialized tensor>";
+  std::string out = debug_type() + " ";
+  visit_dtype(dtype_, [&](auto zero) {
+    using T = decltype(zero);
+    auto v = flat<T>();
+    const int rank = shape_.rank();
+    // Print nested brackets following the shape, eliding past max_elements.
+    std::vector<int64_t> strides(static_cast<std::size_t>(std::max(rank, 0)), 1);
+    for (int i = rank - 2; i >= 0; --i) strides[i] = strides[i + 1] * shape_.dim(i + 1);
+    if (rank == 0) {
+      out += fmt::format("{}", v[0]);
+      return 0;
+    }
+    int64_t printed = 0;
+    for (int64_t i = 0; i < num_elements_; ++i) {
+      for (int d = 0; d < rank; ++d) {
+        if (i % strides[d] == 0) out += '[';
+      }
+      if (printed == max_elements) {
+        out += "...";
+        for (int d = 0; d < rank; ++d) out += ']';
+        return 0;
+      }
+      out += fmt::format("{}", v[static_cast<std::size_t>(i)]);
+      ++printed;
+      int closed = 0;
+      for (int d = rank - 1; d >= 0; --d) {
+        if ((i + 1) % strides[d] == 0) {
+          out += ']';
+          ++closed;
+        } else {
+          break;
+        }
+      }
+      if (i + 1 < num_elements_) out += closed > 0 ? ", " : ", ";
+    }
+    if (num_elements_ == 0) out += std::string(static_cast<std::size_t>(rank), '[') +
+                                   std::string(static_cast<std::size_t>(rank), ']');
+    return 0;
+  });
+  return out;
+}
+
+void PrintTo(const Tensor& t, std::ostream* os) { *os << t.to_string(); }
+void PrintTo(const Shape& s, std::ostream* os) { *os << s.to_string(); }
+std::ostream& operator<<(std::ostream& os, const Tensor& t) { return os << t.to_string(); }
+std::ostream& operator<<(std::ostream& os, const Shape& s) { return os << s.to_string(); }
+
+}  // namespace graphrun

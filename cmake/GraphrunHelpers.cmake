@@ -1,0 +1,39 @@
+# Shared build settings and helpers: warnings, sanitizers, test and bench
+# targets.
+
+add_library(graphrun_warnings INTERFACE)
+target_compile_options(graphrun_warnings INTERFACE
+  $<$<CXX_COMPILER_ID:GNU,Clang>:-Wall -Wextra -Wpedantic -Wshadow=local -Wnon-virtual-dtor
+    -Wno-missing-field-initializers>
+  $<$<BOOL:${GRAPHRUN_WERROR}>:-Werror>)
+
+if(GRAPHRUN_SANITIZER STREQUAL "address")
+  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  add_link_options(-fsanitize=address,undefined)
+elseif(GRAPHRUN_SANITIZER STREQUAL "thread")
+  add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
+  add_link_options(-fsanitize=thread)
+elseif(NOT GRAPHRUN_SANITIZER STREQUAL "")
+  message(FATAL_ERROR "GRAPHRUN_SANITIZER must be '', 'address' or 'thread'")
+endif()
+
+# graphrun_add_test(NAME <name> SOURCES <files...> [DEPS <targets...>] [LABELS <labels...>])
+# One GoogleTest binary, its tests registered one by one with ctest.
+function(graphrun_add_test)
+  cmake_parse_arguments(ARG "" "NAME" "SOURCES;DEPS;LABELS" ${ARGN})
+  add_executable(${ARG_NAME} ${ARG_SOURCES})
+  target_link_libraries(${ARG_NAME} PRIVATE graphrun::graphrun graphrun_testing GTest::gtest
+                        GTest::gmock GTest::gtest_main graphrun_warnings ${ARG_DEPS})
+  target_include_directories(${ARG_NAME} PRIVATE ${PROJECT_SOURCE_DIR})
+  gtest_discover_tests(${ARG_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${ARG_LABELS}"
+                       TIMEOUT 300)
+endfunction()
+
+# graphrun_add_bench(NAME <name> SOURCES <files...> [DEPS <targets...>])
+function(graphrun_add_bench)
+  cmake_parse_arguments(ARG "" "NAME" "SOURCES;DEPS" ${ARGN})
+  add_executable(${ARG_NAME} ${ARG_SOURCES})
+  target_link_libraries(${ARG_NAME} PRIVATE graphrun::graphrun benchmark::benchmark
+                        graphrun_warnings ${ARG_DEPS})
+  target_include_directories(${ARG_NAME} PRIVATE ${PROJECT_SOURCE_DIR})
+endfunction()

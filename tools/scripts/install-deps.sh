@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Installs the Debian 12 packages graphrun needs to build, test and bench.
+# Idempotent: packages already present are left alone, and apt is only
+# touched when something is missing. Used by both README commands and .ci/run.
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libtbb-dev libeigen3-dev libfmt-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  clang-format clang-tidy
+)
+if [[ "${GRAPHRUN_WITH_TSAN_DEPS:-0}" == 1 ]]; then
+  packages+=(dpkg-dev)
+fi
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]} == 0)); then
+  exit 0
+fi
+
+echo "graphrun: installing missing Debian packages: ${missing[*]}" >&2
+sudo_cmd=()
+if [[ $(id -u) -ne 0 ]]; then
+  sudo_cmd=(sudo)
+fi
+export DEBIAN_FRONTEND=noninteractive
+"${sudo_cmd[@]}" apt-get update -qq
+"${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}"
