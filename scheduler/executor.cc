@@ -1,0 +1,246 @@
+#include "scheduler/executor.h"
+
+#include <oneapi/tbb/info.h>
+#include <oneapi/tbb/parallel_for.h>
+
+#include <algorithm>
+#include <unordered_set>
+
+namespace graphrun::sched {
+namespace {
+
+void tbb_parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn) {
+  // Runs in the arena of the calling kernel (the session's): intra-op work
+  // shares the inter-op threads.
+  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, static_cast<std::size_t>(std::max<int64_t>(grain, 1))),
+                    [&](const tbb::blocked_range<int64_t>& r) { fn(r.begin(), r.end()); });
+}
+
+int arena_threads(const SessionOptions& o) {
+  return o.inter_op_threads > 0 ? o.inter_op_threads : tbb::info::default_concurrency();
+}
+
+}  // namespace
+
+SessionImpl::SessionImpl(Graph graph, SessionOptions options)
+    : graph_(std::move(graph)),
+      options_(options),
+      arena_(arena_threads(options)),
+      cache_(options.plan_cache_capacity),
+      kernels_(static_cast<std::size_t>(graph_.num_nodes())),
+      epoch_(std::chrono::steady_clock::now()) {
+  runtime_.parallel_for = &tbb_parallel_for;
+  arena_.initialize();
+}
+
+SessionImpl::~SessionImpl() {
+  closed_.store(true);
+  // Flow graphs are destroyed inside the arena they belong to.
+  std::vector<std::shared_ptr<PlanEntry>> entries = cache_.take_all();
+  arena_.execute([&] { entries.clear(); });
+}
+
+Status SessionImpl::check_open() const {
+  if (closed_.load(std::memory_order_acquire)) return cancelled("Session has been closed.");
+  return Status::ok();
+}
+
+Status SessionImpl::close() {
+  closed_.store(true, std::memory_order_release);
+  return Status::ok();
+}
+
+Result<OpKernel*> SessionImpl::kernel_for(const Node& node) {
+  std::lock_guard lock(kernels_mu_);
+  auto& slot = kernels_[static_cast<std::size_t>(node.id())];
+  if (slot == nullptr) {
+    OpKernelConstruction construction(node, resources_);
+    const KernelFactory& factory =
+        node.kernel_override() ? *node.kernel_override() : node.registration().factory;
+    Result<std::unique_ptr<OpKernel>> made = factory(construction);
+    if (!made.is_ok()) {
+      return made.status().with_prefix(fmt::format("creating the kernel of {}", node.describe()));
+    }
+    slot = std::move(*made);
+  }
+  return slot.get();
+}
+
+Result<Output> SessionImpl::resolve_tensor(const TensorRef& ref) const {
+  if (ref.is_output()) {
+    const Output& o = ref.output();
+    const Node* n = o.node();
+    if (n->id() >= graph_.num_nodes() || graph_.node(n->id())->name() != n->name()) {
+      return not_found("tensor '{}' is not in this session's graph", o.name());
+    }
+    return Output(graph_.node(n->id()), o.index());
+  }
+  Result<Output> o = graph_.find_output(ref.name());
+  if (!o.is_ok()) return o.status();
+  return o;
+}
+
+Result<const Node*> SessionImpl::resolve_target(const TargetRef& ref) const {
+  if (ref.node() != nullptr) {
+    const Node* n = ref.node();
+    if (n->id() >= graph_.num_nodes() || graph_.node(n->id())->name() != n->name()) {
+      return not_found("target node '{}' is not in this session's graph", n->name());
+    }
+    return graph_.node(n->id());
+  }
+  std::string_view name = ref.name();
+  if (!name.empty() && name.front() == '^') name.remove_prefix(1);
+  const Node* n = graph_.find_node(name);
+  if (n == nullptr) {
+    // Accept "node:0" as a target naming its node.
+    Result<TensorName> tn = parse_tensor_name(name);
+    if (tn.is_ok()) n = graph_.find_node(tn->node);
+  }
+  if (n == nullptr) return not_found("target node '{}' not found in the graph", ref.name());
+  return n;
+}
+
+Result<Signature> SessionImpl::resolve(const std::vector<TensorRef>& feeds,
+                                       const std::vector<TensorRef>& fetches,
+                                       const std::vector<TargetRef>& targets) const {
+  if (fetches.empty() && targets.empty()) {
+    return invalid_argument("Must specify at least one target to fetch or execute.");
+  }
+  Signature sig;
+  sig.feeds.reserve(feeds.size());
+  for (const TensorRef& f : feeds) {
+    Result<Output> o = resolve_tensor(f);
+    if (!o.is_ok()) return o.status().with_prefix(fmt::format("feed '{}'", f.to_string()));
+    if (std::find(sig.feeds.begin(), sig.feeds.end(), *o) != sig.feeds.end()) {
+      return invalid_argument("tensor '{}' is fed more than once", o->name());
+    }
+    sig.feeds.push_back(*o);
+  }
+  sig.fetches.reserve(fetches.size());
+  for (const TensorRef& f : fetches) {
+    if (!f.is_output()) {
+      // A fetch of a node without outputs gets TF's advice.
+      Result<TensorName> tn = parse_tensor_name(f.name());
+      if (tn.is_ok()) {
+        const Node* n = graph_.find_node(tn->node);
+        if (n != nullptr && n->num_outputs() == 0) {
+          return invalid_argument(
+              "Tried to fetch data for '{}', which produces no output. To run it without fetching "
+              "data, pass it as a target.",
+              f.name());
+        }
+      }
+    } else if (f.output().index() >= f.output().node()->num_outputs()) {
+      return invalid_argument("fetch '{}': {} has {} output(s)", f.to_string(),
+                              f.output().node()->describe(), f.output().node()->num_outputs());
+    }
+    Result<Output> o = resolve_tensor(f);
+    if (!o.is_ok()) return o.status().with_prefix(fmt::format("fetch '{}'", f.to_string()));
+    sig.fetches.push_back(*o);
+  }
+  for (const TargetRef& t : targets) {
+    GRAPHRUN_ASSIGN_OR_RETURN(const Node* n, resolve_target(t));
+    sig.targets.push_back(n);
+  }
+  return sig;
+}
+
+namespace {
+std::string signature_key(const Signature& sig) {
+  std::string key;
+  key.reserve(64);
+  for (const Output& o : sig.feeds) key += fmt::format("{}:{},", o.node()->id(), o.index());
+  key += "->";
+  for (const Output& o : sig.fetches) key += fmt::format("{}:{},", o.node()->id(), o.index());
+  key += '/';
+  for (const Node* n : sig.targets) key += fmt::format("{},", n->id());
+  return key;
+}
+}  // namespace
+
+Result<std::shared_ptr<PlanEntry>> SessionImpl::plan_for(const Signature& sig) {
+  std::string key = signature_key(sig);
+  if (std::shared_ptr<PlanEntry> hit = cache_.find(key)) return hit;
+  Result<std::shared_ptr<const Plan>> plan =
+      build_plan(graph_, sig, [this](const Node& n) { return kernel_for(n); });
+  if (!plan.is_ok()) return plan.status();
+  std::vector<std::shared_ptr<PlanEntry>> evicted;
+  std::shared_ptr<PlanEntry> entry = cache_.insert(key, std::move(*plan), &evicted);
+  if (!evicted.empty()) arena_.execute([&] { evicted.clear(); });
+  return entry;
+}
+
+Status SessionImpl::check_feeds(const Plan& plan, std::span<const Tensor> feeds) {
+  if (feeds.size() != plan.feed_slots.size()) {
+    return invalid_argument("expected {} feed value(s), got {}", plan.feed_slots.size(), feeds.size());
+  }
+  for (std::size_t f = 0; f < feeds.size(); ++f) {
+    const Tensor& t = feeds[f];
+    if (!t.is_initialized()) {
+      return invalid_argument("feed '{}': the value is an empty (uninitialized) tensor",
+                              plan.feed_names[f]);
+    }
+    if (t.dtype() != plan.feed_dtypes[f] || !t.shape().is_compatible_with(plan.feed_shapes[f])) {
+      return invalid_argument("feed '{}' expects {}{}, got {}", plan.feed_names[f],
+                              dtype_name(plan.feed_dtypes[f]), plan.feed_shapes[f].to_string(),
+                              t.debug_type());
+    }
+  }
+  return Status::ok();
+}
+
+Status SessionImpl::execute(PlanEntry& entry, std::span<const Tensor> feeds, std::span<Tensor> out,
+                            const RunOptions& options, RunMetadata* metadata) {
+  const Plan& plan = *entry.plan;
+  StepControl control;
+  control.step_id = next_step_id_.fetch_add(1, std::memory_order_relaxed);  // relaxed: unique ids only
+  if (options.timeout) control.deadline = std::chrono::steady_clock::now() + *options.timeout;
+  control.session_closed = &closed_;
+  control.trace = options.trace && metadata != nullptr;
+  control.epoch = epoch_;
+
+  Status status;
+  arena_.execute([&] {
+    std::unique_ptr<FlowInstance> inst = entry.pool.take();
+    if (inst == nullptr) inst = std::make_unique<FlowInstance>(plan, runtime_);
+    RunState& state = inst->state();
+    state.begin(control, feeds);
+    if (!plan.nodes.empty()) inst->run();
+    status = state.status();
+    if (status.is_ok()) state.take_fetches(out);
+    if (control.trace) state.collect_stats(*metadata);
+    state.finish();
+    entry.pool.give_back(std::move(inst));
+  });
+  return status;
+}
+
+Result<std::vector<Tensor>> SessionImpl::run(const FeedList& feeds,
+                                             const std::vector<TensorRef>& fetches,
+                                             const std::vector<TargetRef>& targets,
+                                             const RunOptions& options, RunMetadata* metadata) {
+  GRAPHRUN_RETURN_IF_ERROR(check_open());
+  std::vector<TensorRef> feed_refs;
+  feed_refs.reserve(feeds.size());
+  for (const Feed& f : feeds) feed_refs.push_back(f.tensor);
+  GRAPHRUN_ASSIGN_OR_RETURN(Signature sig, resolve(feed_refs, fetches, targets));
+  GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<PlanEntry> entry, plan_for(sig));
+  std::vector<Tensor> values;
+  values.reserve(feeds.size());
+  for (const Feed& f : feeds) values.push_back(f.value);
+  GRAPHRUN_RETURN_IF_ERROR(check_feeds(*entry->plan, values));
+  std::vector<Tensor> out(fetches.size());
+  GRAPHRUN_RETURN_IF_ERROR(execute(*entry, values, out, options, metadata));
+  return out;
+}
+
+Result<Callable> SessionImpl::make_callable(const std::vector<TensorRef>& feeds,
+                                            const std::vector<TensorRef>& fetches,
+                                            const std::vector<TargetRef>& targets) {
+  GRAPHRUN_RETURN_IF_ERROR(check_open());
+  GRAPHRUN_ASSIGN_OR_RETURN(Signature sig, resolve(feeds, fetches, targets));
+  GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<PlanEntry> entry, plan_for(sig));
+  return Callable(std::make_unique<CallableImpl>(this, std::move(entry)));
+}
+
+}  // namespace graphrun::sched

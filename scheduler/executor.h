@@ -1,0 +1,80 @@
+// SessionImpl: the engine behind graphrun::Session. Resolves names, finds or
+// compiles the plan of a signature, borrows a flow-graph instance and drives
+// one step on the session's arena.
+#pragma once
+
+#include <graphrun/graph.h>
+#include <graphrun/op_kernel.h>
+#include <graphrun/session.h>
+
+#include <oneapi/tbb/task_arena.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "scheduler/plan.h"
+#include "scheduler/plan_cache.h"
+
+namespace graphrun::sched {
+
+// Thread safety: thread-safe. Kernels are created once per node under
+// kernels_mu_ and shared by every plan of the session.
+class SessionImpl {
+ public:
+  SessionImpl(Graph graph, SessionOptions options);
+  ~SessionImpl();
+
+  Result<std::vector<Tensor>> run(const FeedList& feeds, const std::vector<TensorRef>& fetches,
+                                  const std::vector<TargetRef>& targets, const RunOptions& options,
+                                  RunMetadata* metadata);
+  Result<Callable> make_callable(const std::vector<TensorRef>& feeds,
+                                 const std::vector<TensorRef>& fetches,
+                                 const std::vector<TargetRef>& targets);
+  Status close();
+
+  // One step of `entry` with positional feeds; fetches written to `out`.
+  Status execute(PlanEntry& entry, std::span<const Tensor> feeds, std::span<Tensor> out,
+                 const RunOptions& options, RunMetadata* metadata);
+  // Checks feed values against the tensors they replace.
+  static Status check_feeds(const Plan& plan, std::span<const Tensor> feeds);
+
+  const Graph& graph() const { return graph_; }
+  std::size_t num_cached_plans() const { return cache_.size(); }
+  Status check_open() const;
+
+ private:
+  Result<Output> resolve_tensor(const TensorRef& ref) const;
+  Result<const Node*> resolve_target(const TargetRef& ref) const;
+  Result<Signature> resolve(const std::vector<TensorRef>& feeds,
+                            const std::vector<TensorRef>& fetches,
+                            const std::vector<TargetRef>& targets) const;
+  Result<std::shared_ptr<PlanEntry>> plan_for(const Signature& sig);
+  Result<OpKernel*> kernel_for(const Node& node);
+
+  Graph graph_;
+  SessionOptions options_;
+  tbb::task_arena arena_;
+  KernelRuntime runtime_;
+  ResourceManager resources_;
+  PlanCache cache_;
+  std::mutex kernels_mu_;
+  std::vector<std::unique_ptr<OpKernel>> kernels_;  // by node id; guarded by kernels_mu_
+  std::atomic<bool> closed_{false};
+  std::atomic<int64_t> next_step_id_{1};
+  std::chrono::steady_clock::time_point epoch_;
+};
+
+// A Callable's state: the session and a pinned plan.
+class CallableImpl {
+ public:
+  CallableImpl(SessionImpl* session, std::shared_ptr<PlanEntry> entry)
+      : session_(session), entry_(std::move(entry)) {}
+  SessionImpl* session_;
+  std::shared_ptr<PlanEntry> entry_;
+};
+
+}  // namespace graphrun::sched

@@ -1,0 +1,157 @@
+#include "scheduler/plan.h"
+
+#include <algorithm>
+#include <deque>
+#include <unordered_map>
+
+namespace graphrun::sched {
+namespace {
+
+int64_t feed_key(const Output& o) { return (static_cast<int64_t>(o.node()->id()) << 20) | o.index(); }
+
+std::string placeholder_message(const Node& n) {
+  auto dtype = n.attr<DType>("dtype");
+  auto shape = n.attr<Shape>("shape");
+  std::string msg = fmt::format("You must feed a value for placeholder tensor '{}' with dtype {}",
+                                n.name(), dtype.is_ok() ? dtype_name(*dtype) : "?");
+  if (shape.is_ok() && !shape->is_unknown_rank()) msg += fmt::format(" and shape {}", shape->to_string());
+  return msg;
+}
+
+}  // namespace
+
+Result<std::shared_ptr<const Plan>> build_plan(const Graph& graph, const Signature& sig,
+                                               const KernelProvider& kernels) {
+  const int n_graph = graph.num_nodes();
+  std::unordered_map<int64_t, int> fed;  // feed key -> feed index
+  for (std::size_t i = 0; i < sig.feeds.size(); ++i) fed.emplace(feed_key(sig.feeds[i]), static_cast<int>(i));
+
+  // 1. Prune: reverse reachability from fetches and targets, stopping at fed
+  // tensors.
+  std::vector<char> needed(static_cast<std::size_t>(n_graph), 0);
+  std::vector<const Node*> stack;
+  auto want = [&](const Node* n) {
+    if (!needed[static_cast<std::size_t>(n->id())]) {
+      needed[static_cast<std::size_t>(n->id())] = 1;
+      stack.push_back(n);
+    }
+  };
+  for (const Output& f : sig.fetches) {
+    if (!fed.contains(feed_key(f))) want(f.node());
+  }
+  for (const Node* t : sig.targets) want(t);
+  while (!stack.empty()) {
+    const Node* n = stack.back();
+    stack.pop_back();
+    for (const Output& in : n->inputs()) {
+      if (!fed.contains(feed_key(in))) want(in.node());
+    }
+    for (const Node* dep : n->control_inputs()) want(dep);
+  }
+
+  // 2. Unfed placeholders are an error before anything runs.
+  for (int id = 0; id < n_graph; ++id) {
+    if (needed[static_cast<std::size_t>(id)] && graph.node(id)->op() == "Placeholder") {
+      return invalid_argument("{}", placeholder_message(*graph.node(id)));
+    }
+  }
+
+  // 3. Topological order (Kahn) over the pruned set; leftovers form a cycle.
+  std::vector<int> indegree(static_cast<std::size_t>(n_graph), 0);
+  std::vector<std::vector<int>> succ(static_cast<std::size_t>(n_graph));
+  for (int id = 0; id < n_graph; ++id) {
+    if (!needed[static_cast<std::size_t>(id)]) continue;
+    const Node* n = graph.node(id);
+    std::vector<int> preds;
+    for (const Output& in : n->inputs()) {
+      if (!fed.contains(feed_key(in))) preds.push_back(in.node()->id());
+    }
+    for (const Node* dep : n->control_inputs()) preds.push_back(dep->id());
+    std::sort(preds.begin(), preds.end());
+    preds.erase(std::unique(preds.begin(), preds.end()), preds.end());
+    indegree[static_cast<std::size_t>(id)] = static_cast<int>(preds.size());
+    for (int p : preds) succ[static_cast<std::size_t>(p)].push_back(id);
+  }
+  std::vector<int> order;
+  std::deque<int> ready;
+  for (int id = 0; id < n_graph; ++id) {
+    if (needed[static_cast<std::size_t>(id)] && indegree[static_cast<std::size_t>(id)] == 0) ready.push_back(id);
+  }
+  std::vector<int> remaining = indegree;
+  while (!ready.empty()) {
+    int id = ready.front();
+    ready.pop_front();
+    order.push_back(id);
+    for (int s : succ[static_cast<std::size_t>(id)]) {
+      if (--remaining[static_cast<std::size_t>(s)] == 0) ready.push_back(s);
+    }
+  }
+  const auto n_needed = std::count(needed.begin(), needed.end(), 1);
+  if (static_cast<int64_t>(order.size()) != n_needed) {
+    std::string names;
+    int listed = 0;
+    for (int id = 0; id < n_graph && listed < 8; ++id) {
+      if (needed[static_cast<std::size_t>(id)] && remaining[static_cast<std::size_t>(id)] > 0) {
+        names += fmt::format("{}'{}'", listed++ == 0 ? "" : ", ", graph.node(id)->name());
+      }
+    }
+    return invalid_argument("the graph has a cycle through {}", names);
+  }
+
+  // 4. Renumber and lay out slots.
+  auto plan = std::make_shared<Plan>();
+  std::vector<int32_t> index_of(static_cast<std::size_t>(n_graph), -1);
+  int32_t slot = 0;
+  plan->nodes.resize(order.size());
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const Node* n = graph.node(order[i]);
+    index_of[static_cast<std::size_t>(n->id())] = static_cast<int32_t>(i);
+    NodeItem& item = plan->nodes[i];
+    item.node = n;
+    item.output_base = slot;
+    item.num_outputs = n->num_outputs();
+    slot += n->num_outputs();
+    Result<OpKernel*> k = kernels(*n);
+    if (!k.is_ok()) return k.status();
+    item.kernel = *k;
+  }
+  const int32_t feed_base = slot;
+  for (std::size_t f = 0; f < sig.feeds.size(); ++f) {
+    plan->feed_slots.push_back(feed_base + static_cast<int32_t>(f));
+    plan->feed_dtypes.push_back(sig.feeds[f].dtype());
+    plan->feed_shapes.push_back(sig.feeds[f].shape());
+    plan->feed_names.push_back(sig.feeds[f].name());
+  }
+  plan->num_slots = feed_base + static_cast<int32_t>(sig.feeds.size());
+  plan->slot_readers.assign(static_cast<std::size_t>(plan->num_slots), 0);
+
+  auto slot_of = [&](const Output& o) -> int32_t {
+    auto it = fed.find(feed_key(o));
+    if (it != fed.end()) return feed_base + it->second;
+    return plan->nodes[static_cast<std::size_t>(index_of[static_cast<std::size_t>(o.node()->id())])].output_base +
+           o.index();
+  };
+  for (NodeItem& item : plan->nodes) {
+    item.input_begin = static_cast<int32_t>(plan->input_slots.size());
+    for (const Output& in : item.node->inputs()) {
+      const int32_t s = slot_of(in);
+      plan->input_slots.push_back(s);
+      ++plan->slot_readers[static_cast<std::size_t>(s)];
+    }
+    item.input_end = static_cast<int32_t>(plan->input_slots.size());
+    item.succ_begin = static_cast<int32_t>(plan->successors.size());
+    for (int s : succ[static_cast<std::size_t>(item.node->id())]) {
+      plan->successors.push_back(index_of[static_cast<std::size_t>(s)]);
+    }
+    item.succ_end = static_cast<int32_t>(plan->successors.size());
+    item.num_preds = indegree[static_cast<std::size_t>(item.node->id())];
+  }
+  for (const Output& f : sig.fetches) {
+    const int32_t s = slot_of(f);
+    plan->fetch_slots.push_back(s);
+    plan->slot_readers[static_cast<std::size_t>(s)] = Plan::kKeep;
+  }
+  return std::shared_ptr<const Plan>(std::move(plan));
+}
+
+}  // namespace graphrun::sched

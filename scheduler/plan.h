@@ -1,0 +1,66 @@
+// Plan: the immutable, compiled form of one (feeds, fetches, targets)
+// signature of a session's graph. Pruned to what the fetches and targets
+// need, topologically ordered, renumbered densely, with every input resolved
+// to a slot index so that a step does no lookups.
+#pragma once
+
+#include <graphrun/graph.h>
+#include <graphrun/op_kernel.h>
+#include <graphrun/status.h>
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace graphrun::sched {
+
+// One node of a plan. Ranges index the Plan's flat arrays.
+struct NodeItem {
+  const Node* node = nullptr;
+  OpKernel* kernel = nullptr;  // owned by the session's kernel table
+  int32_t output_base = 0;     // first output slot
+  int32_t num_outputs = 0;
+  int32_t input_begin = 0;  // into Plan::input_slots
+  int32_t input_end = 0;
+  int32_t succ_begin = 0;  // into Plan::successors (plan indices; data and control)
+  int32_t succ_end = 0;
+  int32_t num_preds = 0;  // distinct in-plan predecessors
+};
+
+// The resolved signature a plan is compiled for.
+struct Signature {
+  std::vector<Output> feeds;      // in the caller's order, distinct
+  std::vector<Output> fetches;    // in the caller's order, may repeat
+  std::vector<const Node*> targets;
+};
+
+// Thread safety: immutable after build; shared by concurrent steps.
+struct Plan {
+  std::vector<NodeItem> nodes;  // topological order
+  std::vector<int32_t> input_slots;
+  std::vector<int32_t> successors;
+  int32_t num_slots = 0;  // node outputs, then one per feed
+  std::vector<int32_t> feed_slots;   // per signature feed
+  std::vector<DType> feed_dtypes;    // what each feed replaces
+  std::vector<Shape> feed_shapes;
+  std::vector<std::string> feed_names;
+  std::vector<int32_t> fetch_slots;  // per signature fetch
+  // Per slot: how many node executions read it; a slot is released after its
+  // last reader unless kKeep (fetched slots).
+  std::vector<int32_t> slot_readers;
+  static constexpr int32_t kKeep = 1 << 30;
+  std::string key;
+};
+
+// Makes (or returns the cached) kernel of a node; errors name the node.
+using KernelProvider = std::function<Result<OpKernel*>(const Node&)>;
+
+// Prunes, checks and compiles. Errors: a needed Placeholder not fed (names
+// it with dtype and shape), a cycle (names nodes on it), kernel creation.
+Result<std::shared_ptr<const Plan>> build_plan(const Graph& graph, const Signature& signature,
+                                               const KernelProvider& kernels);
+
+}  // namespace graphrun::sched

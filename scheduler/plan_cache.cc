@@ -1,0 +1,51 @@
+#include "scheduler/plan_cache.h"
+
+#include <mutex>
+
+namespace graphrun::sched {
+
+std::shared_ptr<PlanEntry> PlanCache::find(const std::string& key) {
+  std::shared_lock lock(mu_);
+  auto it = entries_.find(key);
+  if (it == entries_.end()) return nullptr;
+  it->second->last_used.store(clock_.fetch_add(1, std::memory_order_relaxed), std::memory_order_relaxed);
+  return it->second;
+}
+
+std::shared_ptr<PlanEntry> PlanCache::insert(const std::string& key, std::shared_ptr<const Plan> plan,
+                                             std::vector<std::shared_ptr<PlanEntry>>* evicted) {
+  std::unique_lock lock(mu_);
+  auto it = entries_.find(key);
+  if (it != entries_.end()) return it->second;  // another thread won the race
+  auto entry = std::make_shared<PlanEntry>();
+  entry->plan = std::move(plan);
+  entry->last_used.store(clock_.fetch_add(1, std::memory_order_relaxed), std::memory_order_relaxed);
+  while (entries_.size() >= capacity_) {
+    auto victim = entries_.begin();
+    for (auto e = entries_.begin(); e != entries_.end(); ++e) {
+      if (e->second->last_used.load(std::memory_order_relaxed) <
+          victim->second->last_used.load(std::memory_order_relaxed)) {
+        victim = e;
+      }
+    }
+    evicted->push_back(std::move(victim->second));
+    entries_.erase(victim);
+  }
+  entries_.emplace(key, entry);
+  return entry;
+}
+
+std::size_t PlanCache::size() const {
+  std::shared_lock lock(mu_);
+  return entries_.size();
+}
+
+std::vector<std::shared_ptr<PlanEntry>> PlanCache::take_all() {
+  std::unique_lock lock(mu_);
+  std::vector<std::shared_ptr<PlanEntry>> all;
+  for (auto& [key, entry] : entries_) all.push_back(std::move(entry));
+  entries_.clear();
+  return all;
+}
+
+}  // namespace graphrun::sched

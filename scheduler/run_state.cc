@@ -1,0 +1,138 @@
+#include "scheduler/run_state.h"
+
+#include <oneapi/tbb/task_arena.h>
+
+#include <new>
+
+namespace graphrun::sched {
+
+RunState::RunState(const Plan& plan, const KernelRuntime& runtime)
+    : plan_(plan),
+      runtime_(runtime),
+      slots_(static_cast<std::size_t>(plan.num_slots)),
+      readers_(new std::atomic<int32_t>[static_cast<std::size_t>(plan.num_slots)]) {}
+
+void RunState::begin(const StepControl& control, std::span<const Tensor> feeds) {
+  control_ = control;
+  cancelled_.store(false, std::memory_order_relaxed);
+  failed_.store(false, std::memory_order_relaxed);
+  status_ = Status::ok();
+  for (int32_t s = 0; s < plan_.num_slots; ++s) {
+    readers_[s].store(plan_.slot_readers[static_cast<std::size_t>(s)], std::memory_order_relaxed);
+  }
+  for (std::size_t f = 0; f < feeds.size(); ++f) slots_[plan_.feed_slots[f]] = feeds[f];
+  if (control_.trace) {
+    stats_.assign(plan_.nodes.size(), NodeExecStats{});
+  }
+  // The flow graph's try_put publishes these writes to the executing threads.
+}
+
+void RunState::record_error(Status s) {
+  {
+    std::lock_guard lock(mu_);
+    status_.update(s);
+  }
+  failed_.store(true, std::memory_order_relaxed);
+  cancelled_.store(true, std::memory_order_relaxed);  // advisory for kernels; mu_ orders status_
+}
+
+Status RunState::status() {
+  std::lock_guard lock(mu_);
+  return status_;
+}
+
+void RunState::release_inputs(const NodeItem& item) {
+  for (int32_t k = item.input_begin; k < item.input_end; ++k) {
+    const int32_t s = plan_.input_slots[static_cast<std::size_t>(k)];
+    // acq_rel: the last reader must see every other reader's use finished.
+    if (readers_[s].fetch_sub(1, std::memory_order_acq_rel) == 1) slots_[static_cast<std::size_t>(s)] = Tensor();
+  }
+}
+
+void RunState::execute(int32_t i) noexcept {
+  const NodeItem& item = plan_.nodes[static_cast<std::size_t>(i)];
+  if (cancelled_.load(std::memory_order_relaxed)) return;  // skip; successors still fire
+  if (control_.session_closed != nullptr && control_.session_closed->load(std::memory_order_relaxed)) {
+    record_error(cancelled("Session has been closed."));
+    return;
+  }
+  if (control_.deadline && std::chrono::steady_clock::now() > *control_.deadline) {
+    record_error(deadline_exceeded("the run's deadline expired before {} ran", item.node->describe()));
+    return;
+  }
+  NodeExecStats* stat = nullptr;
+  if (control_.trace) {
+    stat = &stats_[static_cast<std::size_t>(i)];
+    stat->start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                         std::chrono::steady_clock::now() - control_.epoch)
+                         .count();
+  }
+  OpKernelContext ctx(*item.node, slots_.data(),
+                      std::span<const int32_t>(plan_.input_slots.data() + item.input_begin,
+                                               static_cast<std::size_t>(item.input_end - item.input_begin)),
+                      slots_.data() + item.output_base, runtime_, &cancelled_, control_.step_id);
+  Status s;
+  try {
+    s = item.kernel->compute(ctx);
+  } catch (const std::bad_alloc&) {
+    s = resource_exhausted("out of memory");
+  } catch (const std::exception& e) {
+    s = internal_error("kernel threw: {}", e.what());
+  } catch (...) {
+    s = internal_error("kernel threw a non-standard exception");
+  }
+  if (s.is_ok()) {
+    for (int32_t o = 0; o < item.num_outputs; ++o) {
+      if (!slots_[static_cast<std::size_t>(item.output_base + o)].is_initialized()) {
+        s = internal_error("the kernel did not produce output {}", o);
+        break;
+      }
+    }
+  }
+  if (!s.is_ok()) {
+    std::string shapes;
+    for (int32_t k = item.input_begin; k < item.input_end; ++k) {
+      const Tensor& t = slots_[static_cast<std::size_t>(plan_.input_slots[static_cast<std::size_t>(k)])];
+      shapes += fmt::format("{}{}", k == item.input_begin ? "" : ", ", t.debug_type());
+    }
+    record_error(Status(s.code(), fmt::format("{}: {}{}", item.node->describe(), s.message(),
+                                              item.input_end > item.input_begin
+                                                  ? fmt::format(" (inputs: {})", shapes)
+                                                  : std::string())));
+    return;
+  }
+  if (stat != nullptr) {
+    stat->end_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                       std::chrono::steady_clock::now() - control_.epoch)
+                       .count();
+    stat->node = item.node->name();
+    stat->op = item.node->op();
+    stat->thread = tbb::this_task_arena::current_thread_index();
+    for (int32_t o = 0; o < item.num_outputs; ++o) {
+      const Tensor& t = slots_[static_cast<std::size_t>(item.output_base + o)];
+      stat->output_shapes.push_back(t.shape());
+      stat->output_bytes += static_cast<int64_t>(t.byte_size());
+    }
+  }
+  release_inputs(item);
+}
+
+void RunState::take_fetches(std::span<Tensor> out) {
+  for (std::size_t f = 0; f < plan_.fetch_slots.size(); ++f) {
+    out[f] = slots_[static_cast<std::size_t>(plan_.fetch_slots[f])];
+  }
+}
+
+void RunState::finish() {
+  for (Tensor& t : slots_) {
+    if (t.is_initialized()) t = Tensor();
+  }
+}
+
+void RunState::collect_stats(RunMetadata& metadata) const {
+  for (const NodeExecStats& s : stats_) {
+    if (!s.node.empty()) metadata.step_stats.push_back(s);
+  }
+}
+
+}  // namespace graphrun::sched

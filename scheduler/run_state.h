@@ -1,0 +1,72 @@
+// RunState: the mutable state of one step over a Plan: output slots, the
+// first error, the cancellation flag, reader counts for early release, and
+// optional step statistics. Pooled with its flow-graph instance and reused
+// run after run, so a prepared run allocates nothing here.
+#pragma once
+
+#include <graphrun/op_kernel.h>
+#include <graphrun/session.h>
+#include <graphrun/status.h>
+#include <graphrun/tensor.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <vector>
+
+#include "scheduler/plan.h"
+
+namespace graphrun::sched {
+
+// What a step is run under: set by the session before each run.
+struct StepControl {
+  int64_t step_id = 0;
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  const std::atomic<bool>* session_closed = nullptr;
+  bool trace = false;
+  std::chrono::steady_clock::time_point epoch;  // zero of trace times
+};
+
+// Thread safety: thread-safe during a step. Each slot is written once by its
+// producer before the flow-graph edge releases its consumers (the
+// happens-before); reader counts and the cancel flag are atomics; the first
+// error is kept under mu_.
+class RunState {
+ public:
+  RunState(const Plan& plan, const KernelRuntime& runtime);
+
+  // Prepares a step: reader counts reset, feeds placed in their slots.
+  void begin(const StepControl& control, std::span<const Tensor> feeds);
+  // Runs plan node `i` (the flow-graph node body). Never throws.
+  void execute(int32_t i) noexcept;
+  // Keeps the first error and cancels the rest of the step.
+  void record_error(Status s);
+  Status status();
+  // Moves the fetched slots out (copies for repeated fetches), then clears
+  // every slot so the state can be reused.
+  void take_fetches(std::span<Tensor> out);
+  void finish();
+  // Step statistics of the nodes that ran (tracing only).
+  void collect_stats(RunMetadata& metadata) const;
+
+  const Plan& plan() const { return plan_; }
+
+ private:
+  void release_inputs(const NodeItem& item);
+
+  const Plan& plan_;
+  const KernelRuntime& runtime_;
+  StepControl control_;
+  std::vector<Tensor> slots_;
+  std::unique_ptr<std::atomic<int32_t>[]> readers_;
+  std::atomic<bool> cancelled_{false};
+  std::atomic<bool> failed_{false};  // relaxed reads: a hint; status_ under mu_ decides
+  std::mutex mu_;
+  Status status_;
+  std::vector<NodeExecStats> stats_;  // sized to the plan when tracing
+};
+
+}  // namespace graphrun::sched

@@ -1,0 +1,62 @@
+// graphrun::Session and graphrun::Callable: the public facade over
+// sched::SessionImpl.
+#include <graphrun/session.h>
+
+#include "scheduler/executor.h"
+
+namespace graphrun {
+
+Result<std::unique_ptr<Session>> Session::create(const Graph& graph, SessionOptions options) {
+  if (!graph.status().is_ok()) {
+    return graph.status().with_prefix("cannot create a session from a graph with a build error");
+  }
+  if (options.inter_op_threads < 0) {
+    return invalid_argument("SessionOptions::inter_op_threads must be >= 0, got {}",
+                            options.inter_op_threads);
+  }
+  auto impl = std::make_unique<sched::SessionImpl>(graph.clone(), options);
+  return std::unique_ptr<Session>(new Session(std::move(impl)));
+}
+
+Session::Session(std::unique_ptr<sched::SessionImpl> impl) : impl_(std::move(impl)) {}
+Session::~Session() = default;
+
+Result<std::vector<Tensor>> Session::run(const FeedList& feeds,
+                                         const std::vector<TensorRef>& fetches,
+                                         const std::vector<TargetRef>& targets,
+                                         const RunOptions& options, RunMetadata* metadata) {
+  return impl_->run(feeds, fetches, targets, options, metadata);
+}
+
+Result<Callable> Session::make_callable(const std::vector<TensorRef>& feeds,
+                                        const std::vector<TensorRef>& fetches,
+                                        const std::vector<TargetRef>& targets) {
+  return impl_->make_callable(feeds, fetches, targets);
+}
+
+Status Session::close() { return impl_->close(); }
+const Graph& Session::graph() const { return impl_->graph(); }
+std::size_t Session::num_cached_plans() const { return impl_->num_cached_plans(); }
+
+Callable::Callable(std::unique_ptr<sched::CallableImpl> impl) : impl_(std::move(impl)) {}
+Callable::Callable(Callable&&) noexcept = default;
+Callable& Callable::operator=(Callable&&) noexcept = default;
+Callable::~Callable() = default;
+
+Status Callable::run(std::span<const Tensor> feeds, std::span<Tensor> fetches,
+                     const RunOptions& options, RunMetadata* metadata) const {
+  sched::SessionImpl& session = *impl_->session_;
+  GRAPHRUN_RETURN_IF_ERROR(session.check_open());
+  const sched::Plan& plan = *impl_->entry_->plan;
+  GRAPHRUN_RETURN_IF_ERROR(sched::SessionImpl::check_feeds(plan, feeds));
+  if (fetches.size() != plan.fetch_slots.size()) {
+    return invalid_argument("expected room for {} fetch(es), got {}", plan.fetch_slots.size(),
+                            fetches.size());
+  }
+  return session.execute(*impl_->entry_, feeds, fetches, options, metadata);
+}
+
+std::size_t Callable::num_feeds() const { return impl_->entry_->plan->feed_slots.size(); }
+std::size_t Callable::num_fetches() const { return impl_->entry_->plan->fetch_slots.size(); }
+
+}  // namespace graphrun

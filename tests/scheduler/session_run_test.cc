@@ -1,0 +1,202 @@
+// Session::run on the scheduler, with private test ops: pruning, feeds,
+// fetch order, errors, state of instances across runs.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "tests/scheduler/test_ops.h"
+#include "tests/testing/op_harness.h"
+
+namespace graphrun::testing {
+namespace {
+
+class SessionRunTest : public ::testing::Test {
+ protected:
+  ExecCounter counter_;
+  std::unique_ptr<OpRegistry> registry_ = make_test_registry(&counter_);
+  Graph g_{*registry_};
+};
+
+TEST_F(SessionRunTest, ComputesFetchInCallerOrder) {
+  Output a = value(g_, 1.0f, "a");
+  Output b = value(g_, 2.0f, "b");
+  Output c = sum2(g_, a, b, "c");
+  ASSERT_TRUE(g_.status().is_ok()) << g_.status().to_string();
+  auto s = make_session(g_);
+  auto out = s->run({}, {c, a, "b:0", c});
+  ASSERT_THAT(out, IsOk());
+  ASSERT_EQ(out->size(), 4u);
+  EXPECT_EQ((*out)[0].scalar<float>(), 3.0f);
+  EXPECT_EQ((*out)[1].scalar<float>(), 1.0f);
+  EXPECT_EQ((*out)[2].scalar<float>(), 2.0f);
+  EXPECT_EQ((*out)[3].scalar<float>(), 3.0f);
+  EXPECT_EQ(counter_.count("c"), 1) << "a repeated fetch must not run its node twice";
+}
+
+TEST_F(SessionRunTest, RunsOnlyWhatFetchesNeed) {
+  Output a = value(g_, 1.0f, "a");
+  Output x = sum2(g_, a, a, "x");
+  Output y = sum2(g_, a, a, "y");
+  auto s = make_session(g_);
+  ASSERT_THAT(s->run({}, {x}), IsOk());
+  EXPECT_EQ(counter_.count("x"), 1);
+  EXPECT_EQ(counter_.count("y"), 0);
+  (void)y;
+}
+
+TEST_F(SessionRunTest, FeedCutsTheGraphAndSkipsTheProducer) {
+  Output src = source(g_, "src");
+  Output x = sum2(g_, src, src, "x");
+  auto s = make_session(g_);
+  auto out = s->run({{src, Tensor(5.0f)}}, {x});
+  ASSERT_THAT(out, IsOk());
+  EXPECT_EQ((*out)[0].scalar<float>(), 10.0f);
+  EXPECT_EQ(counter_.count("src"), 0);
+  // Fetching a fed tensor returns the fed value.
+  auto fed = s->run({{"src", Tensor(7.0f)}}, {src});
+  ASSERT_THAT(fed, IsOk());
+  EXPECT_EQ((*fed)[0].scalar<float>(), 7.0f);
+  EXPECT_EQ(counter_.count("src"), 0);
+}
+
+TEST_F(SessionRunTest, UnfedPlaceholderNamesItWithDtypeAndShape) {
+  Output p = placeholder(g_, Shape{2, -1}, "input");
+  Output x = sum2(g_, p, p, "x");
+  auto s = make_session(g_);
+  EXPECT_THAT(s->run({}, {x}),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "You must feed a value for placeholder tensor 'input' with dtype float32 and "
+                       "shape [2,?]"));
+  auto ok = s->run({{p, Tensor::matrix<float>({{1, 2}, {3, 4}})}}, {x});
+  ASSERT_THAT(ok, IsOk());
+  EXPECT_THAT((*ok)[0], TensorEq(Tensor::matrix<float>({{2, 4}, {6, 8}})));
+}
+
+TEST_F(SessionRunTest, FeedOfWrongDtypeOrShapeNamesTheTensor) {
+  Output p = placeholder(g_, Shape{2}, "p");
+  Output x = sum2(g_, p, p, "x");
+  auto s = make_session(g_);
+  EXPECT_THAT(s->run({{p, Tensor(1)}}, {x}),
+              StatusIs(StatusCode::kInvalidArgument, "feed 'p:0' expects float32[2], got int32[]"));
+  EXPECT_THAT(s->run({{p, Tensor{1.0f, 2.0f, 3.0f}}}, {x}),
+              StatusIs(StatusCode::kInvalidArgument, "feed 'p:0' expects float32[2], got float32[3]"));
+}
+
+TEST_F(SessionRunTest, NameErrors) {
+  Output a = value(g_, 1.0f, "a");
+  const Node* k = sink(g_, {a}, "k");
+  auto s = make_session(g_);
+  EXPECT_THAT(s->run({}, {"nope:0"}), StatusIs(StatusCode::kNotFound, "nope"));
+  EXPECT_THAT(s->run({}, {"a:1"}), StatusIs(StatusCode::kInvalidArgument, "a:1"));
+  EXPECT_THAT(s->run({}, {"a:x"}), StatusIs(StatusCode::kInvalidArgument, "a:x"));
+  EXPECT_THAT(s->run({}, {"k"}), StatusIs(StatusCode::kInvalidArgument, "produces no output"));
+  EXPECT_THAT(s->run({}, {}, {"ghost"}), StatusIs(StatusCode::kNotFound, "ghost"));
+  EXPECT_THAT(s->run({}, {}), StatusIs(StatusCode::kInvalidArgument, "at least one target"));
+  EXPECT_THAT(s->run({{a, Tensor(1.0f)}, {"a:0", Tensor(2.0f)}}, {a}),
+              StatusIs(StatusCode::kInvalidArgument, "fed more than once"));
+  EXPECT_THAT(s->run({}, {}, {k}), IsOk());
+  EXPECT_EQ(counter_.count("k"), 1);
+}
+
+TEST_F(SessionRunTest, KernelErrorNamesNodeOpAndShapes) {
+  Output a = value(g_, 1.0f, "a");
+  Output f = fail(g_, a, "bad");
+  Output after = sum2(g_, f, f, "after");
+  auto s = make_session(g_);
+  EXPECT_THAT(s->run({}, {after}),
+              StatusIs(StatusCode::kInvalidArgument, "node 'bad' (Fail): boom (inputs: float32[])"));
+  EXPECT_EQ(counter_.count("after"), 0) << "successors of a failed node are skipped";
+  // The session stays usable and the pooled instance is clean.
+  auto ok = s->run({}, {a});
+  ASSERT_THAT(ok, IsOk());
+}
+
+TEST_F(SessionRunTest, CycleThroughControlEdgesIsAnError) {
+  Output a = source(g_, "a");
+  Output b = sum2(g_, a, a, "b");
+  ASSERT_TRUE(g_.add_control_input(g_.mutable_node(a.node()->id()), b.node()).is_ok());
+  auto s = make_session(g_);
+  EXPECT_THAT(s->run({}, {b}), StatusIs(StatusCode::kInvalidArgument, "cycle"));
+}
+
+TEST_F(SessionRunTest, PlansAreCachedPerSignature) {
+  Output a = value(g_, 1.0f, "a");
+  Output b = sum2(g_, a, a, "b");
+  auto s = make_session(g_);
+  for (int i = 0; i < 5; ++i) ASSERT_THAT(s->run({}, {b}), IsOk());
+  EXPECT_EQ(s->num_cached_plans(), 1u);
+  ASSERT_THAT(s->run({}, {a}), IsOk());
+  EXPECT_EQ(s->num_cached_plans(), 2u);
+}
+
+TEST_F(SessionRunTest, PlanCacheIsBounded) {
+  Output a = value(g_, 1.0f, "a");
+  std::vector<Output> outs;
+  for (int i = 0; i < 10; ++i) outs.push_back(sum2(g_, a, a));
+  SessionOptions o;
+  o.plan_cache_capacity = 3;
+  auto s = make_session(g_, o);
+  for (const Output& x : outs) ASSERT_THAT(s->run({}, {x}), IsOk());
+  EXPECT_EQ(s->num_cached_plans(), 3u);
+}
+
+TEST_F(SessionRunTest, ConcurrentRunsOfOneSignatureAreIndependent) {
+  Output p = placeholder(g_, Shape{}, "p");
+  Output x = sum2(g_, p, p, "x");
+  Output y = sum2(g_, x, p, "y");
+  auto s = make_session(g_);
+  std::vector<std::thread> threads;
+  std::atomic<int> wrong{0};
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      for (int i = 0; i < 200; ++i) {
+        const auto v = static_cast<float>(t * 1000 + i);
+        auto out = s->run({{p, Tensor(v)}}, {y});
+        if (!out.is_ok() || (*out)[0].scalar<float>() != 3 * v) ++wrong;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(wrong.load(), 0);
+  EXPECT_EQ(counter_.count("y"), 800);
+}
+
+TEST_F(SessionRunTest, CallableRunsPositionally) {
+  Output p = placeholder(g_, Shape{}, "p");
+  Output x = sum2(g_, p, p, "x");
+  auto s = make_session(g_);
+  auto c = s->make_callable({p}, {x, p});
+  ASSERT_THAT(c, IsOk());
+  Tensor feed(2.0f);
+  std::vector<Tensor> out(2);
+  ASSERT_TRUE(c->run({&feed, 1}, out).is_ok());
+  EXPECT_EQ(out[0].scalar<float>(), 4.0f);
+  EXPECT_EQ(out[1].scalar<float>(), 2.0f);
+  EXPECT_THAT(c->run({}, out), StatusIs(StatusCode::kInvalidArgument, "expected 1 feed"));
+}
+
+TEST_F(SessionRunTest, ClosedSessionRefusesRuns) {
+  Output a = value(g_, 1.0f, "a");
+  auto s = make_session(g_);
+  ASSERT_TRUE(s->close().is_ok());
+  EXPECT_THAT(s->run({}, {a}), StatusIs(StatusCode::kCancelled, "Session has been closed."));
+  ASSERT_TRUE(s->close().is_ok());
+}
+
+TEST_F(SessionRunTest, TracingRecordsEveryExecutedNode) {
+  Output a = value(g_, 1.0f, "a");
+  Output b = sum2(g_, a, a, "b");
+  auto s = make_session(g_);
+  RunOptions opts;
+  opts.trace = true;
+  RunMetadata md;
+  ASSERT_THAT(s->run({}, {b}, {}, opts, &md), IsOk());
+  ASSERT_EQ(md.step_stats.size(), 2u);
+  for (const auto& st : md.step_stats) {
+    EXPECT_LE(st.start_ns, st.end_ns);
+    EXPECT_GE(st.thread, 0);
+  }
+}
+
+}  // namespace
+}  // namespace graphrun::testing
