@@ -87,7 +87,10 @@ bool Shape::is_fully_defined() const {
 int64_t Shape::num_elements() const {
   if (!is_fully_defined()) return -1;
   int64_t n = 1;
-  for (int64_t d : dims()) n *= d;
+  for (int64_t d : dims()) {
+    // Saturates instead of overflowing (shapes may come from untrusted input).
+    if (__builtin_mul_overflow(n, d, &n)) return std::numeric_limits<int64_t>::max();
+  }
   return n;
 }
 
@@ -153,12 +156,16 @@ Result<std::size_t> checked_bytes(DType dtype, const Shape& shape) {
     return invalid_argument("cannot allocate a tensor of shape {}: not fully defined",
                             shape.to_string());
   }
-  const int64_t n = shape.num_elements();
+  // Overflow-checked product: shapes may come from untrusted input.
   const auto size = static_cast<int64_t>(dtype_size(dtype));
-  if (n > std::numeric_limits<int64_t>::max() / size / 2) {
-    return resource_exhausted("tensor {}{} is too large", dtype_name(dtype), shape.to_string());
+  int64_t bytes = size;
+  for (int64_t d : shape.dims()) {
+    if (d != 0 && bytes > std::numeric_limits<int64_t>::max() / 2 / d) {
+      return resource_exhausted("tensor {}{} is too large", dtype_name(dtype), shape.to_string());
+    }
+    bytes *= d;
   }
-  return static_cast<std::size_t>(n * size);
+  return static_cast<std::size_t>(bytes);
 }
 }  // namespace
 
@@ -327,45 +334,37 @@ std::string Tensor::debug_type() const {
   return fmt::format("{}{}", dtype_name(dtype_), shape_.to_string());
 }
 
+namespace {
+// Appends dimension `d` of the block starting at flat index `base`.
+template <typename T>
+void print_block(std::string& out, std::span<const T> v, const Shape& shape, int d, int64_t base,
+                 int64_t stride, int64_t& budget) {
+  if (d == shape.rank()) {
+    out += fmt::format("{}", v[static_cast<std::size_t>(base)]);
+    --budget;
+    return;
+  }
+  const int64_t inner = shape.dim(d) == 0 ? 0 : stride / shape.dim(d);
+  out += '[';
+  for (int64_t i = 0; i < shape.dim(d); ++i) {
+    if (i > 0) out += ", ";
+    if (budget <= 0) {
+      out += "...";
+      break;
+    }
+    print_block(out, v, shape, d + 1, base + i * inner, inner, budget);
+  }
+  out += ']';
+}
+}  // namespace
+
 std::string Tensor::to_string(int64_t max_elements) const {
   if (!is_initialized()) return "<uninitialized tensor>";
   std::string out = debug_type() + " ";
   visit_dtype(dtype_, [&](auto zero) {
     using T = decltype(zero);
-    auto v = flat<T>();
-    const int rank = shape_.rank();
-    // Print nested brackets following the shape, eliding past max_elements.
-    std::vector<int64_t> strides(static_cast<std::size_t>(std::max(rank, 0)), 1);
-    for (int i = rank - 2; i >= 0; --i) strides[i] = strides[i + 1] * shape_.dim(i + 1);
-    if (rank == 0) {
-      out += fmt::format("{}", v[0]);
-      return 0;
-    }
-    int64_t printed = 0;
-    for (int64_t i = 0; i < num_elements_; ++i) {
-      for (int d = 0; d < rank; ++d) {
-        if (i % strides[d] == 0) out += '[';
-      }
-      if (printed == max_elements) {
-        out += "...";
-        for (int d = 0; d < rank; ++d) out += ']';
-        return 0;
-      }
-      out += fmt::format("{}", v[static_cast<std::size_t>(i)]);
-      ++printed;
-      int closed = 0;
-      for (int d = rank - 1; d >= 0; --d) {
-        if ((i + 1) % strides[d] == 0) {
-          out += ']';
-          ++closed;
-        } else {
-          break;
-        }
-      }
-      if (i + 1 < num_elements_) out += closed > 0 ? ", " : ", ";
-    }
-    if (num_elements_ == 0) out += std::string(static_cast<std::size_t>(rank), '[') +
-                                   std::string(static_cast<std::size_t>(rank), ']');
+    int64_t budget = max_elements;
+    print_block<T>(out, flat<T>(), shape_, 0, 0, num_elements_, budget);
     return 0;
   });
   return out;

@@ -20,6 +20,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <optional>
 #include <span>
 #include <string_view>
@@ -44,6 +45,10 @@ const Node* Group(Graph& g, std::vector<const Node*> deps, std::string_view name
 // `shape` is an int32 or int64 vector; one entry may be -1 (inferred).
 Output Reshape(Graph& g, Output x, Output shape, std::string_view name = {});
 Output Reshape(Graph& g, Output x, std::vector<int64_t> shape, std::string_view name = {});
+inline Output Reshape(Graph& g, Output x, std::initializer_list<int64_t> shape,
+                      std::string_view name = {}) {
+  return Reshape(g, x, std::vector<int64_t>(shape), name);
+}
 Output Cast(Graph& g, Output x, DType to, std::string_view name = {});
 // A tensor of shape `dims` (int32/int64 vector) filled with scalar `value`.
 Output Fill(Graph& g, Output dims, Output value, std::string_view name = {});
@@ -87,6 +92,19 @@ Output Max(Graph& g, Output x, std::vector<int64_t> axes, bool keep_dims = false
 Output Sum(Graph& g, Output x, Output axes, bool keep_dims = false, std::string_view name = {});
 Output Mean(Graph& g, Output x, Output axes, bool keep_dims = false, std::string_view name = {});
 Output Max(Graph& g, Output x, Output axes, bool keep_dims = false, std::string_view name = {});
+// Brace lists ({0, 1}) pick these rather than an Output.
+inline Output Sum(Graph& g, Output x, std::initializer_list<int64_t> axes, bool keep_dims = false,
+                  std::string_view name = {}) {
+  return Sum(g, x, std::vector<int64_t>(axes), keep_dims, name);
+}
+inline Output Mean(Graph& g, Output x, std::initializer_list<int64_t> axes, bool keep_dims = false,
+                   std::string_view name = {}) {
+  return Mean(g, x, std::vector<int64_t>(axes), keep_dims, name);
+}
+inline Output Max(Graph& g, Output x, std::initializer_list<int64_t> axes, bool keep_dims = false,
+                  std::string_view name = {}) {
+  return Max(g, x, std::vector<int64_t>(axes), keep_dims, name);
+}
 
 // ---- Variables (ops/state) ----
 

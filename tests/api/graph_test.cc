@@ -1,0 +1,169 @@
+#include <graphrun/graphrun.h>
+#include <gtest/gtest.h>
+
+#include "tests/testing/op_harness.h"
+
+namespace graphrun {
+namespace {
+
+using testing::StatusIs;
+
+TEST(TensorNameTest, Parses) {
+  auto a = parse_tensor_name("a");
+  ASSERT_TRUE(a.is_ok());
+  EXPECT_EQ(a->node, "a");
+  EXPECT_EQ(a->index, 0);
+  auto b = parse_tensor_name("scope/mm:3");
+  ASSERT_TRUE(b.is_ok());
+  EXPECT_EQ(b->node, "scope/mm");
+  EXPECT_EQ(b->index, 3);
+  for (const char* bad : {"", ":0", "a:", "a:x", "a:-1", "a:1x"}) {
+    EXPECT_EQ(parse_tensor_name(bad).status().code(), StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(GraphTest, UniqueNamesAndScopes) {
+  Graph g;
+  Output a = ops::Const(g, Tensor(1.0f));
+  Output b = ops::Const(g, Tensor(2.0f));
+  Output c = ops::Const(g, Tensor(3.0f), "Const");
+  EXPECT_EQ(a.node()->name(), "Const");
+  EXPECT_EQ(b.node()->name(), "Const_1");
+  EXPECT_EQ(c.node()->name(), "Const_2");
+  {
+    auto outer = g.name_scope("layer1");
+    Output d = ops::Add(g, a, b);
+    EXPECT_EQ(d.node()->name(), "layer1/Add");
+    auto inner = g.name_scope("inner");
+    EXPECT_EQ(ops::Add(g, a, b).node()->name(), "layer1/inner/Add");
+  }
+  EXPECT_EQ(ops::Add(g, a, b).node()->name(), "Add");
+  EXPECT_EQ(a.name(), "Const:0");
+  EXPECT_TRUE(g.status().is_ok());
+}
+
+TEST(GraphTest, FindOutput) {
+  Graph g;
+  Output a = ops::Const(g, Tensor(1.0f), "a");
+  const Node* n = ops::NoOp(g, "n");
+  ASSERT_TRUE(g.find_output("a").is_ok());
+  EXPECT_EQ(*g.find_output("a:0"), a);
+  EXPECT_THAT(g.find_output("zz:0"), StatusIs(StatusCode::kNotFound, "zz"));
+  EXPECT_THAT(g.find_output("a:2"), StatusIs(StatusCode::kInvalidArgument, "out of range"));
+  EXPECT_THAT(g.find_output("n:0"), StatusIs(StatusCode::kInvalidArgument, "has no outputs"));
+  EXPECT_EQ(g.find_node("n"), n);
+}
+
+TEST(GraphTest, BuildErrorsNameTheNodeAndStick) {
+  Graph g;
+  Output f = ops::Const(g, Tensor(1.0f), "f");
+  Output i = ops::Const(g, Tensor(1), "i");
+  Output bad = ops::Add(g, f, i, "mixed");
+  EXPECT_FALSE(bad.is_valid());
+  EXPECT_THAT(g.status(), StatusIs(StatusCode::kInvalidArgument, "mixed"));
+  EXPECT_THAT(g.status(), StatusIs(StatusCode::kInvalidArgument, "int32"));
+  // A builder given an invalid Output does nothing and keeps the first error.
+  Output later = ops::Neg(g, bad);
+  EXPECT_FALSE(later.is_valid());
+  EXPECT_THAT(g.status(), StatusIs(StatusCode::kInvalidArgument, "mixed"));
+  // A session refuses the graph.
+  EXPECT_THAT(Session::create(g), StatusIs(StatusCode::kInvalidArgument, "mixed"));
+}
+
+TEST(GraphTest, ShapeMismatchKnownAtBuildTimeNamesShapes) {
+  Graph g;
+  Output a = ops::Const(g, Tensor::matrix<float>({{1, 2, 3}, {4, 5, 6}}), "a");
+  Output b = ops::Const(g, Tensor::matrix<float>({{1, 2}, {3, 4}}), "b");
+  EXPECT_FALSE(ops::MatMul(g, a, b, {}, "mm").is_valid());
+  EXPECT_THAT(g.status(), StatusIs(StatusCode::kInvalidArgument, "mm"));
+  EXPECT_THAT(g.status(), StatusIs(StatusCode::kInvalidArgument, "[2,3]"));
+  EXPECT_THAT(g.status(), StatusIs(StatusCode::kInvalidArgument, "[2,2]"));
+}
+
+TEST(GraphTest, UnknownOpAndInputFromAnotherGraph) {
+  Graph g;
+  EXPECT_THAT(g.add_node(NodeSpec{"NoSuchOp", "x", {}, {}, {}, nullptr}),
+              StatusIs(StatusCode::kNotFound, "op 'NoSuchOp' is not registered"));
+  Graph g2;
+  Output other = ops::Const(g2, Tensor(1.0f));
+  Graph g3;
+  EXPECT_FALSE(ops::Neg(g3, other).is_valid());
+  EXPECT_THAT(g3.status(), StatusIs(StatusCode::kInvalidArgument, "another graph"));
+}
+
+TEST(GraphTest, ControlDependenciesScope) {
+  Graph g;
+  const Node* first = ops::NoOp(g, "first");
+  Output x;
+  {
+    auto deps = g.control_dependencies({first});
+    x = ops::Const(g, Tensor(1.0f), "x");
+  }
+  Output y = ops::Const(g, Tensor(1.0f), "y");
+  ASSERT_EQ(x.node()->control_inputs().size(), 1u);
+  EXPECT_EQ(x.node()->control_inputs()[0], first);
+  EXPECT_TRUE(y.node()->control_inputs().empty());
+}
+
+TEST(GraphTest, CloneIsIndependentAndKeepsNames) {
+  Graph g;
+  Output a = ops::Const(g, Tensor(2.0f), "a");
+  Output b = ops::Square(g, a, "b");
+  Graph copy = g.clone();
+  ops::Neg(g, b, "only_in_original");
+  EXPECT_EQ(copy.num_nodes(), 2);
+  const Node* cb = copy.find_node("b");
+  ASSERT_NE(cb, nullptr);
+  EXPECT_EQ(cb->input(0).node(), copy.find_node("a"));
+  EXPECT_EQ(&cb->graph(), &copy);
+  // A moved graph's nodes point at their new owner.
+  Graph moved = std::move(copy);
+  EXPECT_EQ(&moved.find_node("b")->graph(), &moved);
+}
+
+TEST(OpRegistryTest, CustomOpsAreCheckedAndRegisteredOnce) {
+  OpRegistry r;
+  auto factory = [](OpKernelConstruction&) -> Result<std::unique_ptr<OpKernel>> {
+    return unimplemented("not needed");
+  };
+  EXPECT_TRUE(r.add(OpDef("Mine").input("x", "T").output("y", "T").type_attr("T", float_dtypes()),
+                    factory)
+                  .is_ok());
+  EXPECT_THAT(r.add(OpDef("Mine"), factory), StatusIs(StatusCode::kAlreadyExists, "Mine"));
+  EXPECT_THAT(r.add(OpDef("Broken").input("x", "U"), factory),
+              StatusIs(StatusCode::kInvalidArgument, "undeclared type attribute 'U'"));
+  EXPECT_NE(r.find("Mine"), nullptr);
+  EXPECT_EQ(r.find("Other"), nullptr);
+}
+
+TEST(OpRegistryTest, TypeAttrsAreInferredAndRestricted) {
+  OpRegistry r;
+  auto factory = [](OpKernelConstruction&) -> Result<std::unique_ptr<OpKernel>> {
+    return unimplemented("not needed");
+  };
+  ASSERT_TRUE(r.add(OpDef("Src").output("y", "dtype").type_attr("dtype", all_dtypes()), factory)
+                  .is_ok());
+  ASSERT_TRUE(r.add(OpDef("FloatOnly")
+                        .input("x", "T")
+                        .output("y", "T")
+                        .type_attr("T", float_dtypes())
+                        .shape_fn(shape_fns::unchanged),
+                    factory)
+                  .is_ok());
+  Graph g(r);
+  auto f = g.add_node(NodeSpec{"Src", "f", {}, {}, {{"dtype", DType::kFloat64}}, nullptr});
+  ASSERT_TRUE(f.is_ok());
+  auto ok = g.add_node(NodeSpec{"FloatOnly", "ok", {(*f)->output(0)}, {}, {}, nullptr});
+  ASSERT_TRUE(ok.is_ok());
+  EXPECT_EQ((*ok)->output_dtype(0), DType::kFloat64);
+  EXPECT_EQ(std::get<DType>(*(*ok)->find_attr("T")), DType::kFloat64);
+  auto i = g.add_node(NodeSpec{"Src", "i", {}, {}, {{"dtype", DType::kInt32}}, nullptr});
+  ASSERT_TRUE(i.is_ok());
+  EXPECT_THAT(g.add_node(NodeSpec{"FloatOnly", "bad", {(*i)->output(0)}, {}, {}, nullptr}),
+              StatusIs(StatusCode::kInvalidArgument, "T is int32, which is not one of"));
+  EXPECT_THAT(g.add_node(NodeSpec{"Src", "noattr", {}, {}, {}, nullptr}),
+              StatusIs(StatusCode::kInvalidArgument, "type attribute 'dtype' is not set"));
+}
+
+}  // namespace
+}  // namespace graphrun

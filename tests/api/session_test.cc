@@ -1,0 +1,233 @@
+// Session::run semantics with the built-in ops, case by case against TF1's
+// documented behaviour (see docs/issue-2-core.md for the list).
+#include <graphrun/graphrun.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "tests/testing/op_harness.h"
+
+namespace graphrun {
+namespace {
+
+using testing::IsOk;
+using testing::IsOkAndHolds;
+using testing::make_session;
+using testing::StatusIs;
+using testing::TensorEq;
+
+// A float32 op that counts its executions.
+Output counted(Graph& g, Output x, std::atomic<int>* count, std::string_view name) {
+  return ops::Call(
+      g, {x}, {DType::kFloat32},
+      [count](std::span<const Tensor> in) -> Result<std::vector<Tensor>> {
+        count->fetch_add(1);
+        return std::vector<Tensor>{in[0]};
+      },
+      {}, name)[0];
+}
+
+TEST(SessionTest, ReadmeExample) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{2, 2}, "x");
+  Output w = ops::Const(g, Tensor::matrix<float>({{1, 2}, {3, 4}}), "w");
+  Output y = ops::Relu(g, ops::MatMul(g, x, w), "y");
+  ASSERT_TRUE(g.status().is_ok()) << g.status().to_string();
+  auto s = make_session(g);
+  EXPECT_THAT(s->run({{x, Tensor::matrix<float>({{1, 0}, {0, -1}})}}, {y}),
+              IsOkAndHolds(::testing::ElementsAre(TensorEq(Tensor::matrix<float>({{1, 2}, {0, 0}})))));
+}
+
+TEST(SessionTest, AnyTensorMayBeFedAndItsProducerIsSkipped) {
+  Graph g;
+  std::atomic<int> producer_runs{0};
+  Output c = ops::Const(g, Tensor(2.0f), "c");
+  Output mid = counted(g, c, &producer_runs, "mid");
+  Output out = ops::Mul(g, mid, ops::Const(g, Tensor(10.0f)), "out");
+  auto s = make_session(g);
+  EXPECT_THAT(s->run({{mid, Tensor(5.0f)}}, {out}),
+              IsOkAndHolds(::testing::ElementsAre(TensorEq(Tensor(50.0f)))));
+  EXPECT_EQ(producer_runs.load(), 0);
+  // Feeding a Const works too.
+  EXPECT_THAT(s->run({{"c", Tensor(3.0f)}}, {out}),
+              IsOkAndHolds(::testing::ElementsAre(TensorEq(Tensor(30.0f)))));
+  EXPECT_EQ(producer_runs.load(), 1);
+}
+
+TEST(SessionTest, FedTensorStillComputedWhenAnotherPathNeedsItsProducer) {
+  Graph g;
+  std::atomic<int> runs{0};
+  Output p = ops::Placeholder(g, DType::kFloat32, Shape{}, "p");
+  // `two` has two outputs: feeding output 0 must not stop output 1 being computed.
+  std::vector<Output> two = ops::Call(
+      g, {p}, {DType::kFloat32, DType::kFloat32},
+      [&runs](std::span<const Tensor> in) -> Result<std::vector<Tensor>> {
+        runs.fetch_add(1);
+        return std::vector<Tensor>{in[0], Tensor(in[0].scalar<float>() + 1)};
+      },
+      {}, "two");
+  auto s = make_session(g);
+  auto out = s->run({{p, Tensor(1.0f)}, {two[0], Tensor(100.0f)}}, {two[0], two[1]});
+  ASSERT_THAT(out, IsOk());
+  EXPECT_EQ((*out)[0].scalar<float>(), 100.0f);
+  EXPECT_EQ((*out)[1].scalar<float>(), 2.0f);
+  EXPECT_EQ(runs.load(), 1);
+}
+
+TEST(SessionTest, DuplicateFetchesRepeatTheValue) {
+  Graph g;
+  Output a = ops::Const(g, Tensor(7), "a");
+  auto s = make_session(g);
+  EXPECT_THAT(s->run({}, {a, "a:0", a}),
+              IsOkAndHolds(::testing::ElementsAre(TensorEq(Tensor(7)), TensorEq(Tensor(7)),
+                                                  TensorEq(Tensor(7)))));
+}
+
+TEST(SessionTest, TargetsRunWithoutFetching) {
+  Graph g;
+  Output v = ops::Variable(g, Tensor(0), "v");
+  Output inc = ops::AssignAdd(g, v, ops::Const(g, Tensor(1)), {}, "inc");
+  const Node* init = ops::GlobalVariablesInitializer(g);
+  auto s = make_session(g);
+  ASSERT_THAT(s->run({}, {}, {init}), IsOk());
+  ASSERT_THAT(s->run({}, {}, {inc}), IsOk());
+  ASSERT_THAT(s->run({}, {}, {"inc"}), IsOk());
+  EXPECT_THAT(s->run({}, {v}), IsOkAndHolds(::testing::ElementsAre(TensorEq(Tensor(2)))));
+}
+
+TEST(SessionTest, ErrorsNameTheCulprit) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{-1, 3}, "x");
+  Output y = ops::Square(g, x, "y");
+  const Node* noop = ops::NoOp(g, "noop");
+  auto s = make_session(g);
+  EXPECT_THAT(s->run({}, {"missing:0"}), StatusIs(StatusCode::kNotFound, "missing"));
+  EXPECT_THAT(s->run({}, {"y:1"}), StatusIs(StatusCode::kInvalidArgument, "y:1"));
+  EXPECT_THAT(s->run({{x, Tensor::filled<float>(Shape{1, 3}, 1)}, {"x:0", Tensor::filled<float>(Shape{1, 3}, 1)}}, {y}),
+              StatusIs(StatusCode::kInvalidArgument, "'x:0' is fed more than once"));
+  EXPECT_THAT(s->run({}, {}), StatusIs(StatusCode::kInvalidArgument,
+                                       "Must specify at least one target to fetch or execute."));
+  EXPECT_THAT(s->run({}, {y}),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "You must feed a value for placeholder tensor 'x' with dtype float32 and shape [?,3]"));
+  EXPECT_THAT(s->run({{x, Tensor::filled<double>(Shape{1, 3}, 1)}}, {y}),
+              StatusIs(StatusCode::kInvalidArgument, "feed 'x:0' expects float32[?,3], got float64[1,3]"));
+  EXPECT_THAT(s->run({{x, Tensor::filled<float>(Shape{1, 4}, 1)}}, {y}),
+              StatusIs(StatusCode::kInvalidArgument, "feed 'x:0' expects float32[?,3], got float32[1,4]"));
+  EXPECT_THAT(s->run({}, {"noop"}), StatusIs(StatusCode::kInvalidArgument,
+                                             "Tried to fetch data for 'noop', which produces no output"));
+  EXPECT_THAT(s->run({}, {}, {"nowhere"}), StatusIs(StatusCode::kNotFound, "nowhere"));
+  (void)noop;
+}
+
+TEST(SessionTest, KernelFailureNamesNodeOpAndShapes) {
+  Graph g;
+  Output a = ops::Placeholder(g, DType::kFloat32, Shape::unknown(), "a");
+  Output b = ops::Placeholder(g, DType::kFloat32, Shape::unknown(), "b");
+  Output mm = ops::MatMul(g, a, b, {}, "mm1");
+  auto s = make_session(g);
+  auto r = s->run({{a, Tensor::filled<float>(Shape{2, 3}, 1)}, {b, Tensor::filled<float>(Shape{4, 5}, 1)}},
+                  {mm});
+  EXPECT_THAT(r, StatusIs(StatusCode::kInvalidArgument, "node 'mm1' (MatMul)"));
+  EXPECT_THAT(r, StatusIs(StatusCode::kInvalidArgument, "float32[2,3], float32[4,5]"));
+  // The session stays usable.
+  EXPECT_THAT(s->run({{a, Tensor::filled<float>(Shape{1, 1}, 2)}, {b, Tensor::filled<float>(Shape{1, 1}, 3)}},
+                     {mm}),
+              IsOkAndHolds(::testing::ElementsAre(TensorEq(Tensor::filled<float>(Shape{1, 1}, 6)))));
+}
+
+TEST(SessionTest, UninitializedVariableIsNamed) {
+  Graph g;
+  Output v = ops::Variable(g, Tensor{1.0f, 2.0f}, "weights");
+  auto s = make_session(g);
+  EXPECT_THAT(s->run({}, {v}), StatusIs(StatusCode::kFailedPrecondition, "weights"));
+}
+
+TEST(SessionTest, CycleIsAnError) {
+  Graph g;
+  Output a = ops::Const(g, Tensor(1.0f), "a");
+  Output b = ops::Neg(g, a, "b");
+  ASSERT_TRUE(g.add_control_input(g.mutable_node(a.node()->id()), b.node()).is_ok());
+  auto s = make_session(g);
+  EXPECT_THAT(s->run({}, {b}), StatusIs(StatusCode::kInvalidArgument, "cycle"));
+}
+
+TEST(SessionTest, StatePersistsAcrossRunsAndIsPerSession) {
+  Graph g;
+  Output v = ops::Variable(g, Tensor(10), "v");
+  Output inc = ops::AssignAdd(g, v, ops::Const(g, Tensor(5)));
+  const Node* init = ops::GlobalVariablesInitializer(g);
+  auto s1 = make_session(g);
+  auto s2 = make_session(g);
+  ASSERT_THAT(s1->run({}, {}, {init}), IsOk());
+  ASSERT_THAT(s1->run({}, {inc}), IsOk());
+  ASSERT_THAT(s1->run({}, {inc}), IsOk());
+  EXPECT_THAT(s1->run({}, {v}), IsOkAndHolds(::testing::ElementsAre(TensorEq(Tensor(20)))));
+  EXPECT_THAT(s2->run({}, {v}), StatusIs(StatusCode::kFailedPrecondition, "v"));
+}
+
+TEST(SessionTest, RandomOpsDrawNewValuesEachRunAndRepeatPerSeed) {
+  Graph g;
+  g.set_seed(7);
+  Output r = ops::RandomUniform(g, Shape{4}, DType::kFloat32, {}, "r");
+  auto s1 = make_session(g);
+  auto s2 = make_session(g);
+  auto a1 = s1->run({}, {r});
+  auto a2 = s1->run({}, {r});
+  auto b1 = s2->run({}, {r});
+  ASSERT_THAT(a1, IsOk());
+  ASSERT_THAT(a2, IsOk());
+  ASSERT_THAT(b1, IsOk());
+  EXPECT_FALSE((*a1)[0].equals((*a2)[0])) << "each run draws anew";
+  EXPECT_TRUE((*a1)[0].equals((*b1)[0])) << "same seeds and run order repeat the sequence";
+}
+
+TEST(SessionTest, IteratorAdvancesOncePerRun) {
+  Graph g;
+  ops::Iterator it = ops::RangeIterator(g, 0, 3, 1, "it");
+  Output twice = ops::Add(g, it.next, it.next, "twice");
+  auto s = make_session(g);
+  EXPECT_THAT(s->run({}, {it.next, twice}),
+              IsOkAndHolds(::testing::ElementsAre(TensorEq(Tensor(int64_t{0})),
+                                                  TensorEq(Tensor(int64_t{0})))));
+  EXPECT_THAT(s->run({}, {it.next}), IsOkAndHolds(::testing::ElementsAre(TensorEq(Tensor(int64_t{1})))));
+  EXPECT_THAT(s->run({}, {it.next}), IsOkAndHolds(::testing::ElementsAre(TensorEq(Tensor(int64_t{2})))));
+  EXPECT_THAT(s->run({}, {it.next}), StatusIs(StatusCode::kOutOfRange, "it"));
+  ASSERT_THAT(s->run({}, {}, {it.initializer}), IsOk());
+  EXPECT_THAT(s->run({}, {it.next}), IsOkAndHolds(::testing::ElementsAre(TensorEq(Tensor(int64_t{0})))));
+}
+
+TEST(SessionTest, ControlDependenciesOrderAReadAfterAWrite) {
+  Graph g;
+  Output v = ops::Variable(g, Tensor(1), "v");
+  const Node* init = ops::GlobalVariablesInitializer(g);
+  Output write = ops::Assign(g, v, ops::Const(g, Tensor(42)), {}, "write");
+  Output read;
+  {
+    auto deps = g.control_dependencies({write.node()});
+    read = ops::ReadVariable(g, v, "read");
+  }
+  auto s = make_session(g);
+  ASSERT_THAT(s->run({}, {}, {init}), IsOk());
+  EXPECT_THAT(s->run({}, {read}), IsOkAndHolds(::testing::ElementsAre(TensorEq(Tensor(42)))));
+}
+
+TEST(SessionTest, SessionCopiesTheGraph) {
+  Graph g;
+  Output a = ops::Const(g, Tensor(1.0f), "a");
+  auto s = make_session(g);
+  ops::Neg(g, a, "added_later");
+  EXPECT_THAT(s->run({}, {"added_later:0"}), StatusIs(StatusCode::kNotFound, "added_later"));
+  Output later = g.find_output("added_later:0").value();
+  EXPECT_THAT(s->run({}, {later}), StatusIs(StatusCode::kNotFound, "added_later"));
+}
+
+TEST(SessionTest, InvalidOptions) {
+  Graph g;
+  SessionOptions o;
+  o.inter_op_threads = -1;
+  EXPECT_THAT(Session::create(g, o), StatusIs(StatusCode::kInvalidArgument, "inter_op_threads"));
+}
+
+}  // namespace
+}  // namespace graphrun

@@ -1,0 +1,145 @@
+#include <graphrun/tensor.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <limits>
+
+namespace graphrun {
+namespace {
+
+TEST(DTypeTest, NamesSizesAndParsing) {
+  EXPECT_EQ(dtype_name(DType::kFloat32), "float32");
+  EXPECT_EQ(dtype_name(DType::kInt64), "int64");
+  EXPECT_EQ(dtype_size(DType::kFloat64), 8u);
+  EXPECT_EQ(dtype_size(DType::kBool), 1u);
+  EXPECT_EQ(dtype_from_name("float"), DType::kFloat32);
+  EXPECT_EQ(dtype_from_name("double"), DType::kFloat64);
+  EXPECT_EQ(dtype_from_name("int32"), DType::kInt32);
+  EXPECT_EQ(dtype_from_name("complex64"), DType::kInvalid);
+  EXPECT_EQ(dtype_of<int64_t>(), DType::kInt64);
+  // TensorFlow's DataType numbers.
+  EXPECT_EQ(static_cast<int>(DType::kFloat32), 1);
+  EXPECT_EQ(static_cast<int>(DType::kInt64), 9);
+  EXPECT_EQ(static_cast<int>(DType::kBool), 10);
+}
+
+TEST(ShapeTest, ElementsRankAndPrinting) {
+  EXPECT_EQ(Shape().rank(), 0);
+  EXPECT_EQ(Shape().num_elements(), 1);
+  EXPECT_EQ(Shape().to_string(), "[]");
+  Shape s{2, 3, 4};
+  EXPECT_EQ(s.rank(), 3);
+  EXPECT_EQ(s.num_elements(), 24);
+  EXPECT_EQ(s.to_string(), "[2,3,4]");
+  Shape partial{-1, 3};
+  EXPECT_FALSE(partial.is_fully_defined());
+  EXPECT_EQ(partial.num_elements(), -1);
+  EXPECT_EQ(partial.to_string(), "[?,3]");
+  EXPECT_EQ(Shape::unknown().to_string(), "<unknown>");
+  EXPECT_EQ(Shape::unknown().rank(), -1);
+}
+
+TEST(ShapeTest, Compatibility) {
+  EXPECT_TRUE((Shape{-1, 3}).is_compatible_with(Shape{5, 3}));
+  EXPECT_FALSE((Shape{-1, 3}).is_compatible_with(Shape{5, 4}));
+  EXPECT_FALSE((Shape{3}).is_compatible_with(Shape{3, 1}));
+  EXPECT_TRUE(Shape::unknown().is_compatible_with(Shape{1, 2, 3}));
+}
+
+TEST(ShapeTest, MakeValidatesUntrustedDims) {
+  std::vector<int64_t> negative{2, -5};
+  EXPECT_EQ(Shape::make(negative).status().code(), StatusCode::kInvalidArgument);
+  std::vector<int64_t> huge{std::numeric_limits<int64_t>::max(), 4};
+  EXPECT_EQ(Shape::make(huge).status().code(), StatusCode::kInvalidArgument);
+  std::vector<int64_t> too_deep(9, 1);
+  EXPECT_EQ(Shape::make(too_deep).status().code(), StatusCode::kInvalidArgument);
+  std::vector<int64_t> ok{2, -1};
+  EXPECT_EQ(Shape::make(ok)->to_string(), "[2,?]");
+}
+
+TEST(TensorTest, ConstructorsAndAccess) {
+  Tensor s(3.5f);
+  EXPECT_EQ(s.dtype(), DType::kFloat32);
+  EXPECT_EQ(s.shape(), Shape{});
+  EXPECT_EQ(s.scalar<float>(), 3.5f);
+  Tensor v{1, 2, 3};
+  EXPECT_EQ(v.dtype(), DType::kInt32);
+  EXPECT_EQ(v.shape(), Shape{3});
+  Tensor m = Tensor::matrix<double>({{1, 2, 3}, {4, 5, 6}});
+  EXPECT_EQ(m.shape(), (Shape{2, 3}));
+  EXPECT_EQ(m.flat<double>()[4], 5.0);
+  Tensor z(DType::kInt64, Shape{2, 2});
+  for (int64_t x : z.flat<int64_t>()) EXPECT_EQ(x, 0);
+  Tensor f = Tensor::filled<float>(Shape{2}, 7.0f);
+  EXPECT_EQ(f.flat<float>()[1], 7.0f);
+  Tensor b(true);
+  EXPECT_EQ(b.dtype(), DType::kBool);
+  EXPECT_TRUE(b.scalar<bool>());
+  Tensor empty;
+  EXPECT_FALSE(empty.is_initialized());
+}
+
+TEST(TensorTest, StorageIs64ByteAligned) {
+  for (int n : {1, 3, 17, 1000}) {
+    Tensor t(DType::kFloat32, Shape{n});
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(t.raw_data()) % 64, 0u) << n;
+  }
+}
+
+TEST(TensorTest, CopiesShareTheBufferDeepCopiesDoNot) {
+  Tensor a{1.0f, 2.0f};
+  EXPECT_TRUE(a.is_sole_owner());
+  Tensor b = a;
+  EXPECT_TRUE(a.shares_buffer_with(b));
+  EXPECT_FALSE(a.is_sole_owner());
+  b.flat<float>()[0] = 9.0f;
+  EXPECT_EQ(a.flat<float>()[0], 9.0f);
+  Tensor c = a.deep_copy();
+  EXPECT_FALSE(c.shares_buffer_with(a));
+  c.flat<float>()[0] = 1.0f;
+  EXPECT_EQ(a.flat<float>()[0], 9.0f);
+  Tensor moved = std::move(b);
+  EXPECT_FALSE(b.is_initialized());  // NOLINT(bugprone-use-after-move): moved-from is empty
+  EXPECT_TRUE(moved.shares_buffer_with(a));
+}
+
+TEST(TensorTest, Reshaped) {
+  Tensor a = Tensor::matrix<int32_t>({{1, 2, 3}, {4, 5, 6}});
+  Result<Tensor> r = a.reshaped(Shape{3, 2});
+  ASSERT_TRUE(r.is_ok());
+  EXPECT_TRUE(r->shares_buffer_with(a));
+  EXPECT_EQ(r->shape(), (Shape{3, 2}));
+  EXPECT_EQ(a.reshaped(Shape{4}).status().code(), StatusCode::kInvalidArgument);
+}
+
+TEST(TensorTest, EqualityAndCloseness) {
+  EXPECT_EQ(Tensor({1.0f, 2.0f}), Tensor({1.0f, 2.0f}));
+  EXPECT_FALSE(Tensor({1.0f, 2.0f}) == Tensor({1.0, 2.0}));  // dtype differs
+  EXPECT_FALSE(Tensor({1.0f, 2.0f}) == Tensor({1.0f, 2.5f}));
+  EXPECT_TRUE(Tensor({1.0f}).all_close(Tensor({1.0f + 1e-7f})));
+  EXPECT_FALSE(Tensor({1.0f}).all_close(Tensor({1.1f})));
+}
+
+TEST(TensorTest, AllocateValidates) {
+  EXPECT_EQ(Tensor::allocate(DType::kFloat32, Shape{-1, 2}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(Tensor::allocate(DType::kInvalid, Shape{2}).status().code(),
+            StatusCode::kInvalidArgument);
+  EXPECT_EQ(Tensor::allocate(DType::kFloat64, Shape{int64_t{1} << 61, 4}).status().code(),
+            StatusCode::kResourceExhausted);
+  EXPECT_TRUE(Tensor::allocate(DType::kFloat32, Shape{0, 5}).is_ok());
+}
+
+TEST(TensorTest, Printing) {
+  EXPECT_EQ(Tensor(2.5f).to_string(), "float32[] 2.5");
+  EXPECT_EQ(Tensor::matrix<int32_t>({{1, 2}, {3, 4}}).to_string(), "int32[2,2] [[1, 2], [3, 4]]");
+  EXPECT_EQ(Tensor({1, 2, 3, 4}).to_string(2), "int32[4] [1, 2, ...]");
+}
+
+TEST(TensorDeathTest, WrongElementTypeAborts) {
+  Tensor a{1.0f};
+  EXPECT_DEATH((void)a.flat<int32_t>(), "accessed a float32 tensor as int32");
+}
+
+}  // namespace
+}  // namespace graphrun

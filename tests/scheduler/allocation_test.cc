@@ -1,0 +1,88 @@
+// A prepared run (Callable) allocates nothing on the heap beyond the tensors
+// its kernels produce. Counts global operator new calls around steady-state
+// runs; this binary replaces the global allocation functions.
+#include <graphrun/graphrun.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <new>
+
+#include "tests/testing/op_harness.h"
+
+namespace {
+std::atomic<bool> g_counting{false};
+std::atomic<int64_t> g_allocations{0};
+
+void* counted_alloc(std::size_t n, std::size_t align) {
+  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
+  void* p = align <= alignof(std::max_align_t) ? std::malloc(n == 0 ? 1 : n)
+                                               : std::aligned_alloc(align, (n + align - 1) / align * align);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+}  // namespace
+
+void* operator new(std::size_t n) { return counted_alloc(n, alignof(std::max_align_t)); }
+void* operator new[](std::size_t n) { return counted_alloc(n, alignof(std::max_align_t)); }
+void* operator new(std::size_t n, std::align_val_t a) { return counted_alloc(n, static_cast<std::size_t>(a)); }
+void* operator new[](std::size_t n, std::align_val_t a) { return counted_alloc(n, static_cast<std::size_t>(a)); }
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete[](void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
+void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+void operator delete[](void* p, std::size_t, std::align_val_t) noexcept { std::free(p); }
+
+namespace graphrun {
+namespace {
+
+// Heap allocations per run of `callable`, averaged over steady-state runs.
+double allocations_per_run(const Callable& callable, std::span<const Tensor> feeds,
+                           std::span<Tensor> fetches) {
+  for (int i = 0; i < 50; ++i) EXPECT_TRUE(callable.run(feeds, fetches).is_ok());  // warm pools
+  constexpr int kRuns = 500;
+  g_allocations.store(0);
+  g_counting.store(true);
+  for (int i = 0; i < kRuns; ++i) {
+    Status s = callable.run(feeds, fetches);
+    if (!s.is_ok()) ADD_FAILURE() << s.to_string();
+  }
+  g_counting.store(false);
+  return static_cast<double>(g_allocations.load()) / kRuns;
+}
+
+TEST(AllocationTest, PreparedRunOfBufferSharingOpsAllocatesNothing) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{16}, "x");
+  Output y = x;
+  for (int i = 0; i < 10; ++i) y = ops::Identity(g, y);
+  Output z = ops::Reshape(g, y, std::vector<int64_t>{4, 4});
+  auto s = testing::make_session(g);
+  auto callable = s->make_callable({x}, {z});
+  ASSERT_TRUE(callable.is_ok()) << callable.status().to_string();
+  Tensor feed = Tensor::filled<float>(Shape{16}, 1.0f);
+  std::vector<Tensor> out(1);
+  EXPECT_EQ(allocations_per_run(*callable, {&feed, 1}, out), 0.0);
+  EXPECT_EQ(out[0].shape(), (Shape{4, 4}));
+}
+
+TEST(AllocationTest, PreparedRunAllocatesOnlyKernelOutputs) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{8}, "x");
+  Output a = ops::Add(g, x, x);   // one new tensor
+  Output b = ops::Mul(g, a, x);   // one new tensor
+  Output c = ops::Neg(g, b);      // one new tensor
+  auto s = testing::make_session(g);
+  auto callable = s->make_callable({x}, {c});
+  ASSERT_TRUE(callable.is_ok()) << callable.status().to_string();
+  Tensor feed = Tensor::filled<float>(Shape{8}, 2.0f);
+  std::vector<Tensor> out(1);
+  EXPECT_EQ(allocations_per_run(*callable, {&feed, 1}, out), 3.0);
+  EXPECT_TRUE(out[0].equals(Tensor::filled<float>(Shape{8}, -8.0f)));
+}
+
+}  // namespace
+}  // namespace graphrun
