@@ -25,7 +25,8 @@ function(graphrun_add_test)
   target_link_libraries(${ARG_NAME} PRIVATE graphrun::graphrun graphrun_testing GTest::gtest
                         GTest::gmock GTest::gtest_main graphrun_warnings ${ARG_DEPS})
   target_include_directories(${ARG_NAME} PRIVATE ${PROJECT_SOURCE_DIR})
-  gtest_discover_tests(${ARG_NAME} DISCOVERY_TIMEOUT 60 PROPERTIES LABELS "${ARG_LABELS}"
+  gtest_discover_tests(${ARG_NAME} TEST_PREFIX "${ARG_NAME}." DISCOVERY_TIMEOUT 60
+                       PROPERTIES LABELS "${ARG_LABELS}"
                        TIMEOUT 300)
 endfunction()
 

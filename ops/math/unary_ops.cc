@@ -1,0 +1,184 @@
+// Elementwise unary ops: Neg, Square, Relu (numeric) and Sqrt, Exp, Log,
+// Tanh, Sigmoid (float32/float64).
+#include <graphrun/eigen.h>
+#include <graphrun/op_kernel.h>
+#include <graphrun/ops.h>
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <type_traits>
+
+#include "ops/math/math_util.h"
+
+namespace graphrun {
+namespace ops_internal {
+namespace {
+
+// Unaligned views of a chunk of a flat tensor (chunk starts are arbitrary).
+template <typename T>
+using ChunkIn = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <typename T>
+using ChunkOut = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+// Each functor: which dtypes it takes, a chunk size for parallel_for (less
+// for expensive functions), and out = f(in) on one chunk.
+struct NegFn {
+  static constexpr bool kFloatOnly = false;
+  static constexpr int64_t kGrain = 32 * 1024;
+  template <typename T>
+  static void apply(const ChunkIn<T>& in, ChunkOut<T>& out) {
+    if constexpr (std::is_integral_v<T>) {
+      out = in.unaryExpr([](T v) { return wrapping_neg(v); });
+    } else {
+      out = -in;
+    }
+  }
+};
+struct SquareFn {
+  static constexpr bool kFloatOnly = false;
+  static constexpr int64_t kGrain = 32 * 1024;
+  template <typename T>
+  static void apply(const ChunkIn<T>& in, ChunkOut<T>& out) {
+    if constexpr (std::is_integral_v<T>) {
+      out = in.unaryExpr([](T v) { return wrapping_mul(v, v); });
+    } else {
+      out = in.square();
+    }
+  }
+};
+struct ReluFn {
+  static constexpr bool kFloatOnly = false;
+  static constexpr int64_t kGrain = 32 * 1024;
+  template <typename T>
+  static void apply(const ChunkIn<T>& in, ChunkOut<T>& out) {
+    out = in.cwiseMax(T{0});
+  }
+};
+struct SqrtFn {
+  static constexpr bool kFloatOnly = true;
+  static constexpr int64_t kGrain = 16 * 1024;
+  template <typename T>
+  static void apply(const ChunkIn<T>& in, ChunkOut<T>& out) {
+    // std::sqrt is correctly rounded; Eigen's fast float path (rsqrt plus a
+    // Newton step) is off by an ulp even for perfect squares.
+    out = in.unaryExpr([](T v) { return std::sqrt(v); });
+  }
+};
+struct ExpFn {
+  static constexpr bool kFloatOnly = true;
+  static constexpr int64_t kGrain = 8 * 1024;
+  template <typename T>
+  static void apply(const ChunkIn<T>& in, ChunkOut<T>& out) {
+    out = in.exp();
+  }
+};
+struct LogFn {
+  static constexpr bool kFloatOnly = true;
+  static constexpr int64_t kGrain = 8 * 1024;
+  template <typename T>
+  static void apply(const ChunkIn<T>& in, ChunkOut<T>& out) {
+    out = in.log();
+  }
+};
+struct TanhFn {
+  static constexpr bool kFloatOnly = true;
+  static constexpr int64_t kGrain = 8 * 1024;
+  template <typename T>
+  static void apply(const ChunkIn<T>& in, ChunkOut<T>& out) {
+    out = in.tanh();
+  }
+};
+struct SigmoidFn {
+  static constexpr bool kFloatOnly = true;
+  static constexpr int64_t kGrain = 8 * 1024;
+  template <typename T>
+  static void apply(const ChunkIn<T>& in, ChunkOut<T>& out) {
+    out = in.logistic();  // 1 / (1 + exp(-x)), stable for large |x|
+  }
+};
+
+// y = F(x) elementwise.
+// Thread safety: stateless; compute() may run concurrently.
+template <typename F>
+class UnaryOp final : public OpKernel {
+ public:
+  Status compute(OpKernelContext& ctx) override {
+    const Tensor& x = ctx.input(0);
+    auto body = [&](auto tag) -> Status {
+      using T = decltype(tag);
+      GRAPHRUN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output_uninitialized(0, x.shape()));
+      const T* in = x.flat<T>().data();
+      T* out = y->flat<T>().data();
+      ctx.parallel_for(x.num_elements(), F::kGrain, [&](int64_t b, int64_t e) {
+        ChunkIn<T> in_chunk(in + b, e - b);
+        ChunkOut<T> out_chunk(out + b, e - b);
+        F::template apply<T>(in_chunk, out_chunk);
+      });
+      return Status::ok();
+    };
+    if constexpr (F::kFloatOnly) {
+      return visit_float(x.dtype(), body);
+    } else {
+      return visit_numeric(x.dtype(), body);
+    }
+  }
+};
+
+template <typename F>
+void register_unary(OpRegistry& r, const char* op, const char* doc) {
+  must(r.add(OpDef(op)
+                 .input("x", "T")
+                 .output("y", "T")
+                 .type_attr("T", F::kFloatOnly ? float_dtypes() : numeric_dtypes())
+                 .shape_fn(shape_fns::unchanged)
+                 .doc(doc),
+             [](OpKernelConstruction&) -> Result<std::unique_ptr<OpKernel>> {
+               return std::make_unique<UnaryOp<F>>();
+             }));
+}
+
+}  // namespace
+
+void register_unary_ops(OpRegistry& r) {
+  register_unary<NegFn>(r, "Neg", "-x elementwise.");
+  register_unary<SquareFn>(r, "Square", "x * x elementwise.");
+  register_unary<SqrtFn>(r, "Sqrt", "Square root elementwise.");
+  register_unary<ExpFn>(r, "Exp", "e^x elementwise.");
+  register_unary<LogFn>(r, "Log", "Natural logarithm elementwise.");
+  register_unary<TanhFn>(r, "Tanh", "Hyperbolic tangent elementwise.");
+  register_unary<SigmoidFn>(r, "Sigmoid", "1 / (1 + exp(-x)) elementwise.");
+  register_unary<ReluFn>(r, "Relu", "max(x, 0) elementwise.");
+}
+
+}  // namespace ops_internal
+
+namespace ops {
+
+Output Neg(Graph& g, Output x, std::string_view name) {
+  return ops_internal::add_math_node(g, "Neg", {x}, {}, name);
+}
+Output Square(Graph& g, Output x, std::string_view name) {
+  return ops_internal::add_math_node(g, "Square", {x}, {}, name);
+}
+Output Sqrt(Graph& g, Output x, std::string_view name) {
+  return ops_internal::add_math_node(g, "Sqrt", {x}, {}, name);
+}
+Output Exp(Graph& g, Output x, std::string_view name) {
+  return ops_internal::add_math_node(g, "Exp", {x}, {}, name);
+}
+Output Log(Graph& g, Output x, std::string_view name) {
+  return ops_internal::add_math_node(g, "Log", {x}, {}, name);
+}
+Output Tanh(Graph& g, Output x, std::string_view name) {
+  return ops_internal::add_math_node(g, "Tanh", {x}, {}, name);
+}
+Output Sigmoid(Graph& g, Output x, std::string_view name) {
+  return ops_internal::add_math_node(g, "Sigmoid", {x}, {}, name);
+}
+Output Relu(Graph& g, Output x, std::string_view name) {
+  return ops_internal::add_math_node(g, "Relu", {x}, {}, name);
+}
+
+}  // namespace ops
+}  // namespace graphrun

@@ -1,0 +1,240 @@
+// MatMul: values for every dtype, transposes, shapes, the parallel path.
+#include <graphrun/graphrun.h>
+
+#include <atomic>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "tests/testing/op_harness.h"
+
+namespace graphrun {
+namespace {
+
+using ::graphrun::testing::IsOkAndHolds;
+using ::graphrun::testing::run_one;
+using ::graphrun::testing::TensorEq;
+using ::graphrun::testing::TensorNear;
+
+Result<Tensor> run_matmul(Tensor a, Tensor b, ops::MatMulAttrs attrs = {},
+                          SessionOptions options = {}) {
+  Graph g;
+  Output c = ops::MatMul(g, ops::Const(g, std::move(a)), ops::Const(g, std::move(b)), attrs, "c");
+  if (!g.status().is_ok()) return g.status();
+  GRAPHRUN_ASSIGN_OR_RETURN(std::unique_ptr<Session> s, Session::create(g, options));
+  GRAPHRUN_ASSIGN_OR_RETURN(std::vector<Tensor> out, s->run({}, {c}));
+  return out.at(0);
+}
+
+TEST(MatMulOpTest, Float32) {
+  Graph g;
+  Output c = ops::MatMul(g, ops::Const(g, Tensor::matrix<float>({{1, 2}, {3, 4}})),
+                         ops::Const(g, Tensor::matrix<float>({{5, 6}, {7, 8}})));
+  ASSERT_TRUE(g.status().is_ok()) << g.status().to_string();
+  EXPECT_EQ(c.node()->op(), "MatMul");
+  EXPECT_EQ(c.shape(), (Shape{2, 2}));
+  ASSERT_NE(c.node()->find_attr("transpose_a"), nullptr);
+  EXPECT_EQ(std::get<bool>(*c.node()->find_attr("transpose_a")), false);
+  EXPECT_EQ(std::get<bool>(*c.node()->find_attr("transpose_b")), false);
+  EXPECT_THAT(run_one(g, c), IsOkAndHolds(TensorEq(Tensor::matrix<float>({{19, 22}, {43, 50}}))));
+}
+
+TEST(MatMulOpTest, OtherDTypes) {
+  EXPECT_THAT(run_matmul(Tensor::matrix<double>({{1, 2}, {3, 4}}),
+                         Tensor::matrix<double>({{0.5, 0}, {0, 0.25}})),
+              IsOkAndHolds(TensorEq(Tensor::matrix<double>({{0.5, 0.5}, {1.5, 1.0}}))));
+  EXPECT_THAT(run_matmul(Tensor::matrix<int32_t>({{1, 2}, {3, 4}}),
+                         Tensor::matrix<int32_t>({{5, 6}, {7, 8}})),
+              IsOkAndHolds(TensorEq(Tensor::matrix<int32_t>({{19, 22}, {43, 50}}))));
+  EXPECT_THAT(run_matmul(Tensor::matrix<int64_t>({{1, -2, 3}}),
+                         Tensor::matrix<int64_t>({{4}, {5}, {int64_t{1} << 40}})),
+              IsOkAndHolds(TensorEq(Tensor::matrix<int64_t>({{4 - 10 + 3 * (int64_t{1} << 40)}}))));
+}
+
+TEST(MatMulOpTest, IntegerOverflowWraps) {
+  const int32_t max = std::numeric_limits<int32_t>::max();
+  // max*max + max*max = 2 * (2^62 - 2^32 + 1) = 2 (mod 2^32).
+  EXPECT_THAT(
+      run_matmul(Tensor::matrix<int32_t>({{max, max}}), Tensor::matrix<int32_t>({{max}, {max}})),
+      IsOkAndHolds(TensorEq(Tensor::matrix<int32_t>({{2}}))));
+}
+
+TEST(MatMulOpTest, NonSquare) {
+  // [2,3] x [3,1] = [2,1].
+  Graph g;
+  Output c = ops::MatMul(g, ops::Const(g, Tensor::matrix<float>({{1, 2, 3}, {4, 5, 6}})),
+                         ops::Const(g, Tensor::matrix<float>({{1}, {0}, {-1}})));
+  EXPECT_EQ(c.shape(), (Shape{2, 1}));
+  EXPECT_THAT(run_one(g, c), IsOkAndHolds(TensorEq(Tensor::matrix<float>({{-2}, {-2}}))));
+}
+
+TEST(MatMulOpTest, Transposes) {
+  const Tensor a = Tensor::matrix<float>({{1, 2}, {3, 4}});
+  const Tensor a_t = Tensor::matrix<float>({{1, 3}, {2, 4}});
+  const Tensor b = Tensor::matrix<float>({{5, 6}, {7, 8}});
+  const Tensor b_t = Tensor::matrix<float>({{5, 7}, {6, 8}});
+  const Tensor expected = Tensor::matrix<float>({{19, 22}, {43, 50}});
+  EXPECT_THAT(run_matmul(a_t, b, {.transpose_a = true}), IsOkAndHolds(TensorEq(expected)));
+  EXPECT_THAT(run_matmul(a, b_t, {.transpose_b = true}), IsOkAndHolds(TensorEq(expected)));
+  EXPECT_THAT(run_matmul(a_t, b_t, {.transpose_a = true, .transpose_b = true}),
+              IsOkAndHolds(TensorEq(expected)));
+  // Non-square: a^T with a [3,2] times b [3,1] -> [2,1].
+  Graph g;
+  Output c =
+      ops::MatMul(g, ops::Const(g, Tensor::matrix<int32_t>({{1, 4}, {2, 5}, {3, 6}})),
+                  ops::Const(g, Tensor::matrix<int32_t>({{1}, {1}, {1}})), {.transpose_a = true});
+  ASSERT_TRUE(g.status().is_ok()) << g.status().to_string();
+  EXPECT_EQ(c.shape(), (Shape{2, 1}));
+  EXPECT_EQ(std::get<bool>(*c.node()->find_attr("transpose_a")), true);
+  EXPECT_THAT(run_one(g, c), IsOkAndHolds(TensorEq(Tensor::matrix<int32_t>({{6}, {15}}))));
+}
+
+TEST(MatMulOpTest, PartiallyKnownShapes) {
+  Graph g;
+  Output a = ops::Placeholder(g, DType::kFloat32, Shape{-1, 3}, "a");
+  Output b = ops::Placeholder(g, DType::kFloat32, Shape{3, 4}, "b");
+  Output c = ops::MatMul(g, a, b);
+  Output d = ops::MatMul(g, b, a, {.transpose_a = true, .transpose_b = true});
+  Output e = ops::MatMul(g, a, ops::Placeholder(g, DType::kFloat32, Shape::unknown()));
+  ASSERT_TRUE(g.status().is_ok()) << g.status().to_string();
+  EXPECT_EQ(c.shape(), (Shape{-1, 4}));
+  EXPECT_EQ(d.shape(), (Shape{4, -1}));
+  EXPECT_EQ(e.shape(), (Shape{-1, -1}));
+  Tensor av = Tensor::matrix<float>({{1, 0, 0}});
+  Tensor bv = Tensor::matrix<float>({{1, 2, 3, 4}, {5, 6, 7, 8}, {9, 10, 11, 12}});
+  EXPECT_THAT(run_one(g, c, {{a, av}, {b, bv}}),
+              IsOkAndHolds(TensorEq(Tensor::matrix<float>({{1, 2, 3, 4}}))));
+}
+
+TEST(MatMulOpTest, EmptyInnerDimensionGivesZeros) {
+  EXPECT_THAT(
+      run_matmul(Tensor(DType::kFloat32, Shape{2, 0}), Tensor(DType::kFloat32, Shape{0, 3})),
+      IsOkAndHolds(TensorEq(Tensor(DType::kFloat32, Shape{2, 3}))));
+  EXPECT_THAT(run_matmul(Tensor(DType::kInt32, Shape{0, 4}), Tensor(DType::kInt32, Shape{4, 3})),
+              IsOkAndHolds(TensorEq(Tensor(DType::kInt32, Shape{0, 3}))));
+}
+
+// A naive triple loop: c = op(a) * op(b).
+template <typename T>
+Tensor naive_matmul(const Tensor& a, const Tensor& b, bool ta, bool tb) {
+  const int64_t m = a.shape().dim(ta ? 1 : 0), k = a.shape().dim(ta ? 0 : 1);
+  const int64_t n = b.shape().dim(tb ? 0 : 1);
+  auto av = a.flat<T>();
+  auto bv = b.flat<T>();
+  const int64_t a_cols = a.shape().dim(1), b_cols = b.shape().dim(1);
+  Tensor c(dtype_of<T>(), Shape{m, n});
+  auto cv = c.flat<T>();
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      T acc = 0;
+      for (int64_t p = 0; p < k; ++p) {
+        const T x = ta ? av[p * a_cols + i] : av[i * a_cols + p];
+        const T y = tb ? bv[j * b_cols + p] : bv[p * b_cols + j];
+        acc += x * y;
+      }
+      cv[i * n + j] = acc;
+    }
+  }
+  return c;
+}
+
+template <typename T>
+Tensor random_matrix(int64_t rows, int64_t cols, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::uniform_int_distribution<int> dist(-5, 5);
+  Tensor t(dtype_of<T>(), Shape{rows, cols});
+  for (T& v : t.flat<T>()) v = static_cast<T>(dist(gen));
+  return t;
+}
+
+TEST(MatMulOpTest, LargeProductTakesParallelPathAndMatchesNaiveLoop) {
+  // 300x200 * 200x100: 6M multiply-adds, well past the parallel threshold.
+  const Tensor a = random_matrix<float>(300, 200, 1);
+  const Tensor b = random_matrix<float>(200, 100, 2);
+  for (int threads : {1, 4}) {
+    SCOPED_TRACE(threads);
+    Result<Tensor> c = run_matmul(a, b, {}, SessionOptions{.inter_op_threads = threads});
+    // Small integers: every partial sum is exact in float.
+    EXPECT_THAT(c, IsOkAndHolds(TensorEq(naive_matmul<float>(a, b, false, false))));
+  }
+  const Tensor ai = random_matrix<int32_t>(300, 200, 3);
+  const Tensor bi = random_matrix<int32_t>(200, 100, 4);
+  EXPECT_THAT(run_matmul(ai, bi, {}, SessionOptions{.inter_op_threads = 4}),
+              IsOkAndHolds(TensorEq(naive_matmul<int32_t>(ai, bi, false, false))));
+}
+
+TEST(MatMulOpTest, LargeTransposedProductsMatchNaiveLoop) {
+  const Tensor a = random_matrix<double>(200, 300, 5);  // used transposed: [300,200]
+  const Tensor b = random_matrix<double>(100, 200, 6);  // used transposed: [200,100]
+  EXPECT_THAT(run_matmul(a, b, {.transpose_a = true, .transpose_b = true}),
+              IsOkAndHolds(TensorNear(naive_matmul<double>(a, b, true, true))));
+  const Tensor c = random_matrix<double>(300, 200, 7);
+  EXPECT_THAT(run_matmul(c, b, {.transpose_b = true}),
+              IsOkAndHolds(TensorNear(naive_matmul<double>(c, b, false, true))));
+  const Tensor d = random_matrix<int64_t>(200, 300, 8);
+  const Tensor e = random_matrix<int64_t>(200, 100, 9);
+  EXPECT_THAT(run_matmul(d, e, {.transpose_a = true}),
+              IsOkAndHolds(TensorEq(naive_matmul<int64_t>(d, e, true, false))));
+}
+
+// ---- The kernel against a recording runtime (no scheduler) ----
+
+std::atomic<int> g_parallel_calls{0};
+std::atomic<int> g_chunks{0};
+std::atomic<int64_t> g_rows_covered{0};
+
+void recording_parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn) {
+  g_parallel_calls.fetch_add(1);
+  for (int64_t b = 0; b < n; b += grain) {
+    const int64_t e = std::min(n, b + grain);
+    g_chunks.fetch_add(1);
+    g_rows_covered.fetch_add(e - b);
+    fn(b, e);
+  }
+}
+
+// Runs `node`'s kernel once on `inputs` with the recording runtime.
+Result<Tensor> run_kernel(const Node& node, std::vector<Tensor> inputs) {
+  ResourceManager resources;
+  OpKernelConstruction construction(node, resources);
+  GRAPHRUN_ASSIGN_OR_RETURN(std::unique_ptr<OpKernel> kernel,
+                            node.registration().factory(construction));
+  std::vector<int32_t> slots;
+  for (std::size_t i = 0; i < inputs.size(); ++i) slots.push_back(static_cast<int32_t>(i));
+  std::vector<Tensor> outputs(static_cast<std::size_t>(node.num_outputs()));
+  KernelRuntime runtime{.parallel_for = &recording_parallel_for};
+  OpKernelContext ctx(node, inputs.data(), slots, outputs.data(), runtime, nullptr, 1);
+  GRAPHRUN_RETURN_IF_ERROR(kernel->compute(ctx));
+  return outputs[0];
+}
+
+TEST(MatMulOpTest, KernelSplitsLargeProductsIntoRowChunks) {
+  Graph g;
+  Output c = ops::MatMul(g, ops::Placeholder(g, DType::kFloat32, Shape{300, 200}),
+                         ops::Placeholder(g, DType::kFloat32, Shape{200, 100}));
+  ASSERT_TRUE(g.status().is_ok()) << g.status().to_string();
+  const Tensor a = random_matrix<float>(300, 200, 11);
+  const Tensor b = random_matrix<float>(200, 100, 12);
+  g_parallel_calls = 0;
+  g_chunks = 0;
+  g_rows_covered = 0;
+  EXPECT_THAT(run_kernel(*c.node(), {a, b}),
+              IsOkAndHolds(TensorEq(naive_matmul<float>(a, b, false, false))));
+  EXPECT_EQ(g_parallel_calls.load(), 1);
+  EXPECT_GT(g_chunks.load(), 1);
+  EXPECT_EQ(g_rows_covered.load(), 300);
+
+  // A small product stays one Eigen call.
+  Graph small;
+  Output s = ops::MatMul(small, ops::Placeholder(small, DType::kFloat32, Shape{2, 2}),
+                         ops::Placeholder(small, DType::kFloat32, Shape{2, 2}));
+  g_parallel_calls = 0;
+  EXPECT_THAT(run_kernel(*s.node(), {Tensor::matrix<float>({{1, 2}, {3, 4}}),
+                                     Tensor::matrix<float>({{5, 6}, {7, 8}})}),
+              IsOkAndHolds(TensorEq(Tensor::matrix<float>({{19, 22}, {43, 50}}))));
+  EXPECT_EQ(g_parallel_calls.load(), 0);
+}
+
+}  // namespace
+}  // namespace graphrun
