@@ -32,9 +32,11 @@ Status to_status(const Result<T>& r) {
   return r.status();
 }
 
+// Works on Status and Result<T>.
 MATCHER(IsOk, "is OK") {
-  if (arg.is_ok()) return true;
-  *result_listener << "status is " << arg.status().to_string();
+  const Status s = ::graphrun::testing::to_status(arg);
+  if (s.is_ok()) return true;
+  *result_listener << "status is " << s.to_string();
   return false;
 }
 

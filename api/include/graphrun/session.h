@@ -7,7 +7,9 @@
 // run(feeds, fetches, targets) computes only what the fetches and targets
 // need. Any tensor may be fed, not only a placeholder: the feed replaces the
 // tensor, and its producer runs only if something else needs it. Fetching a
-// fed tensor returns the fed value. Variables, random generators and
+// fed tensor returns the fed value. Fetched tensors may share storage with
+// the session's state (a variable's value, a Const): treat them as read-only,
+// or deep_copy() before writing into them. Variables, random generators and
 // iterators keep their state across runs of one session.
 //
 // Thread safety: thread-safe for run() and close() from any number of
