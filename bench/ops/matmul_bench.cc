@@ -1,0 +1,214 @@
+// Case 4: 64 independent 256x256 float MatMuls summed into one fetched
+// tensor. Measures how much of the machine a Session uses on a wide graph
+// of heavy kernels (inter-op parallelism plus MatMul's intra-op
+// parallel_for), against the same Eigen products in a plain loop.
+//
+// Graph (143 nodes): 8 Consts A0..A7 and 8 Consts B0..B7 of random
+// [256,256] floats; P(i,j) = MatMul(Ai, Bj) for all 64 pairs; a balanced
+// tree of 63 Adds over the 64 products, fetched.
+//
+// Variants:
+//   _Session         Session::run (default options: one thread per core).
+//   _Session1Thread  inter_op_threads = 1: the scheduler's overhead without
+//                    parallel speedup.
+//   _RawFlowGraph    a prebuilt tbb::flow::graph running the same kernels
+//                    (same intra-op parallel_for) in an arena of the same size.
+//   _RawFlowGraphNoIntraOp  the same, each kernel's parallel_for inline:
+//                    inter-op parallelism only.
+//   _Sequential      the same Eigen products and sums (graphrun/eigen.h
+//                    matrix<float>/flat<float>) in a loop on one thread.
+//   _SequentialRowChunks  diagnostic: the same loop with every product split
+//                    into MatMulOp's parallel_for row chunks.
+#include <benchmark/benchmark.h>
+#include <fmt/format.h>
+
+#include <graphrun/eigen.h>
+#include <graphrun/graphrun.h>
+
+#include <algorithm>
+#include <memory>
+#include <random>
+#include <string>
+
+#include "bench/common/raw_graph.h"
+
+namespace graphrun::bench {
+namespace {
+
+constexpr int64_t kDim = 256;
+constexpr int kSide = 8;  // 8 x 8 = 64 products
+constexpr int kProducts = kSide * kSide;
+constexpr double kFlopsPerRun =
+    2.0 * kDim * kDim * kDim * kProducts + static_cast<double>(kDim * kDim) * (kProducts - 1);
+
+Tensor random_matrix(std::mt19937& rng) {
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  std::vector<float> values(static_cast<std::size_t>(kDim * kDim));
+  for (float& v : values) v = dist(rng);
+  return Tensor::from_span(Shape{kDim, kDim}, std::span<const float>(values));
+}
+
+struct MatMulGraph {
+  std::vector<Tensor> a, b;
+  Graph g;
+  Output sum;
+
+  MatMulGraph() {
+    std::mt19937 rng(7);
+    for (int i = 0; i < kSide; ++i) a.push_back(random_matrix(rng));
+    for (int i = 0; i < kSide; ++i) b.push_back(random_matrix(rng));
+    std::vector<Output> ca, cb;
+    for (int i = 0; i < kSide; ++i) ca.push_back(ops::Const(g, a[static_cast<std::size_t>(i)], fmt::format("A{}", i)));
+    for (int i = 0; i < kSide; ++i) cb.push_back(ops::Const(g, b[static_cast<std::size_t>(i)], fmt::format("B{}", i)));
+    std::vector<Output> level;
+    for (int i = 0; i < kSide; ++i) {
+      for (int j = 0; j < kSide; ++j) {
+        level.push_back(ops::MatMul(g, ca[static_cast<std::size_t>(i)], cb[static_cast<std::size_t>(j)], {},
+                                    fmt::format("P{}_{}", i, j)));
+      }
+    }
+    while (level.size() > 1) {
+      std::vector<Output> next;
+      for (std::size_t k = 0; k + 1 < level.size(); k += 2) next.push_back(ops::Add(g, level[k], level[k + 1]));
+      level = std::move(next);
+    }
+    sum = level[0];
+    check_ok(g.status(), "building the matmul graph");
+  }
+};
+
+const MatMulGraph& matmul_graph() {
+  static const MatMulGraph* g = new MatMulGraph();
+  return *g;
+}
+
+// The reference result, computed sequentially; also the Sequential body.
+// With `row_chunk` > 0 each product is computed `row_chunk` output rows at a
+// time, as MatMulOp's parallel_for splits it (diagnostic only).
+Tensor sequential_sum(const MatMulGraph& mg, int64_t row_chunk = 0) {
+  std::vector<Tensor> level;
+  level.reserve(kProducts);
+  for (int i = 0; i < kSide; ++i) {
+    for (int j = 0; j < kSide; ++j) {
+      Tensor p = Tensor::allocate_uninitialized(DType::kFloat32, Shape{kDim, kDim}).value();
+      const Tensor& a = mg.a[static_cast<std::size_t>(i)];
+      const Tensor& b = mg.b[static_cast<std::size_t>(j)];
+      if (row_chunk <= 0) {
+        matrix<float>(p).noalias() = matrix<float>(a) * matrix<float>(b);
+      } else {
+        for (int64_t r = 0; r < kDim; r += row_chunk) {
+          const int64_t n = std::min(row_chunk, kDim - r);
+          matrix<float>(p).middleRows(r, n).noalias() = matrix<float>(a).middleRows(r, n) * matrix<float>(b);
+        }
+      }
+      level.push_back(std::move(p));
+    }
+  }
+  while (level.size() > 1) {
+    std::vector<Tensor> next;
+    for (std::size_t k = 0; k + 1 < level.size(); k += 2) {
+      Tensor s = Tensor::allocate_uninitialized(DType::kFloat32, Shape{kDim, kDim}).value();
+      flat<float>(s) = flat<float>(level[k]) + flat<float>(level[k + 1]);
+      next.push_back(std::move(s));
+    }
+    level = std::move(next);
+  }
+  return level[0];
+}
+
+void check_result(benchmark::State& state, const Tensor& t) {
+  static const Tensor* expected = new Tensor(sequential_sum(matmul_graph()));
+  if (!t.is_initialized() || !t.all_close(*expected, 1e-3, 1e-3)) state.SkipWithError("wrong result");
+}
+
+void set_counters(benchmark::State& state) {
+  state.SetItemsProcessed(state.iterations() * kProducts);  // MatMuls
+  state.counters["GFLOPS"] = benchmark::Counter(kFlopsPerRun * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["nodes"] = static_cast<double>(matmul_graph().g.num_nodes());
+}
+
+void session_bench(benchmark::State& state, int threads) {
+  const MatMulGraph& mg = matmul_graph();
+  SessionOptions options;
+  options.inter_op_threads = threads;
+  auto session = std::move(Session::create(mg.g, options).value());
+  const std::vector<TensorRef> fetches{mg.sum};
+  Result<std::vector<Tensor>> out = session->run({}, fetches);
+  check_ok(out.status(), "warm-up run");
+  for (auto _ : state) {
+    out = session->run({}, fetches);
+    benchmark::DoNotOptimize(out);
+  }
+  check_ok(out.status(), "run");
+  check_result(state, (*out)[0]);
+  state.counters["threads"] = threads == 0 ? session_threads() : threads;
+  set_counters(state);
+}
+void BM_MatMul64_Session(benchmark::State& state) { session_bench(state, 0); }
+void BM_MatMul64_Session1Thread(benchmark::State& state) { session_bench(state, 1); }
+BENCHMARK(BM_MatMul64_Session)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+BENCHMARK(BM_MatMul64_Session1Thread)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+
+void raw_flow_graph(benchmark::State& state, KernelRuntime runtime) {
+  const MatMulGraph& mg = matmul_graph();
+  KernelTable kernels(mg.g);
+  const std::array<Output, 1> fetch_outputs{mg.sum};
+  RawLayout layout = RawLayout::make(mg.g, kernels, {}, fetch_outputs, {});
+  tbb::task_arena arena(session_threads());
+  std::unique_ptr<RawFlowGraph> raw;
+  arena.execute([&] { raw = std::make_unique<RawFlowGraph>(layout, runtime); });
+  std::array<Tensor, 1> fetches;
+  bool ok = raw->run(arena, {}, fetches);
+  for (auto _ : state) {
+    ok &= raw->run(arena, {}, fetches);
+    benchmark::DoNotOptimize(fetches);
+  }
+  if (!ok) state.SkipWithError("kernel failed");
+  check_result(state, fetches[0]);
+  arena.execute([&] { raw.reset(); });
+  state.counters["threads"] = session_threads();
+  set_counters(state);
+}
+void BM_MatMul64_RawFlowGraph(benchmark::State& state) { raw_flow_graph(state, tbb_runtime()); }
+// Inter-op parallelism only: each kernel's parallel_for runs inline (one
+// Eigen call per product), as if MatMulOp did not split.
+void BM_MatMul64_RawFlowGraphNoIntraOp(benchmark::State& state) {
+  raw_flow_graph(state, serial_runtime());
+}
+BENCHMARK(BM_MatMul64_RawFlowGraph)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+BENCHMARK(BM_MatMul64_RawFlowGraphNoIntraOp)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+
+void BM_MatMul64_Sequential(benchmark::State& state) {
+  const MatMulGraph& mg = matmul_graph();
+  Tensor out;
+  for (auto _ : state) {
+    out = sequential_sum(mg);
+    benchmark::DoNotOptimize(out);
+  }
+  check_result(state, out);
+  state.counters["threads"] = 1;
+  set_counters(state);
+}
+BENCHMARK(BM_MatMul64_Sequential)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+
+// Diagnostic: the sequential loop with each product split into the row
+// chunks MatMulOp hands to parallel_for (kChunkMacs / (n * k) = 2 rows for
+// 256x256x256): the cost of the split itself, with no threads involved.
+void BM_MatMul64_SequentialRowChunks(benchmark::State& state) {
+  const MatMulGraph& mg = matmul_graph();
+  constexpr int64_t kChunkMacs = int64_t{32} * 64 * 64;  // as ops/math/matmul_op.cc
+  const int64_t rows = std::max<int64_t>(1, kChunkMacs / (kDim * kDim));
+  Tensor out;
+  for (auto _ : state) {
+    out = sequential_sum(mg, rows);
+    benchmark::DoNotOptimize(out);
+  }
+  check_result(state, out);
+  state.counters["threads"] = 1;
+  state.counters["row_chunk"] = static_cast<double>(rows);
+  set_counters(state);
+}
+BENCHMARK(BM_MatMul64_SequentialRowChunks)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+
+}  // namespace
+}  // namespace graphrun::bench

@@ -1,0 +1,206 @@
+#!/usr/bin/env python3
+"""Ratio table for graphrun's benchmarks (Python 3, stdlib only).
+
+Reads Google Benchmark JSON files (--benchmark_out=x.json
+--benchmark_out_format=json) and prints each Session case against its
+baselines from the same process, with the targets and PASS/MISS.
+
+    bench/ratios.py sched.json ops.json
+    bench/ratios.py --format markdown run1/*.json run2/*.json
+    bench/ratios.py --strict *.json    # exit status 1 on any MISS or missing row
+
+Benchmarks are named BM_<Case>_<Variant>. Times are real (wall) times. When
+a benchmark appears more than once (several files, or --benchmark_repetitions)
+the median is used; a "median" aggregate in the file is used as is.
+"""
+
+import argparse
+import json
+import statistics
+import sys
+
+# (case, numerator, denominator, mode, target, note)
+# mode "slowdown": ratio = time(numerator) / time(denominator), PASS when <= target.
+# mode "speedup":  ratio = time(denominator) / time(numerator), PASS when >= target.
+# target None: informational.
+ROWS = [
+    ("SmallGraph", "Session", "RawFlowGraph", "slowdown", 2.0,
+     "Session::run by name vs prebuilt flow graph, same kernels"),
+    ("SmallGraph", "SessionOutputs", "RawFlowGraph", "slowdown", None, "run by Output"),
+    ("SmallGraph", "Callable", "RawFlowGraph", "slowdown", None, "prepared Callable"),
+    ("SmallGraph", "Session", "RawFlowGraphFloat", "slowdown", None,
+     "vs oneTBB floor (float bodies)"),
+    ("SmallGraph", "RawFlowGraph", "RawFlowGraphFloat", "slowdown", None,
+     "kernels+Tensors on the floor"),
+    ("SmallGraph", "Session", "Sequential", "slowdown", None, "vs same kernels in a loop"),
+    ("NoOpChain10k", "Session", "RawFlowGraph", "slowdown", 1.25,
+     "vs 10k empty continue_nodes"),
+    ("NoOpChain10k", "Callable", "RawFlowGraph", "slowdown", None, "prepared Callable"),
+    ("NoOpChain10k", "RawFlowGraphKernels", "RawFlowGraph", "slowdown", None,
+     "NoOp kernel call in the body"),
+    ("NoOpChain10k", "Session", "RawFlowGraphKernels", "slowdown", None,
+     "scheduler beyond the kernel call"),
+    ("NoOpChain10k", "RawFlowGraphPlanOrder", "RawFlowGraph", "slowdown", None,
+     "nodes in plan (BFS) order"),
+    ("Wavefront100x100", "Session", "RawFlowGraph", "slowdown", 1.25,
+     "vs 100x100 empty continue_nodes"),
+    ("Wavefront100x100", "Callable", "RawFlowGraph", "slowdown", None, "prepared Callable"),
+    ("Wavefront100x100", "RawFlowGraphKernels", "RawFlowGraph", "slowdown", None,
+     "NoOp kernel call in the body"),
+    ("Wavefront100x100", "Session", "RawFlowGraphKernels", "slowdown", None,
+     "scheduler beyond the kernel call"),
+    ("Wavefront100x100", "RawFlowGraphPlanOrder", "RawFlowGraph", "slowdown", None,
+     "nodes in plan (BFS) order"),
+    ("MatMul64", "Session", "Sequential", "speedup", 1.9,
+     "64x 256^3 MatMul + Add tree, 2 cores vs 1"),
+    ("MatMul64", "RawFlowGraph", "Sequential", "speedup", None, "what oneTBB alone gets"),
+    ("MatMul64", "RawFlowGraphNoIntraOp", "Sequential", "speedup", None,
+     "inter-op only (no MatMul split)"),
+    ("MatMul64", "Session", "RawFlowGraph", "slowdown", None, "scheduler overhead, heavy nodes"),
+    ("MatMul64", "Session1Thread", "Sequential", "slowdown", None, "1-thread session vs loop"),
+    ("MatMul64", "SequentialRowChunks", "Sequential", "slowdown", None,
+     "MatMulOp's 2-row split, 1 thread"),
+    ("FirstRun1000", "NewSignature", "RawFlowGraph", "slowdown", None,
+     "plan+instance+run vs build+run raw"),
+    ("FirstRun1000", "NewSignature", "RawFlowGraphFromGraph", "slowdown", None,
+     "same, raw also derives its layout"),
+    ("FirstRun1000", "FreshSession", "RawFlowGraph", "slowdown", None,
+     "+ 1000 kernels made, arena first use"),
+    ("FirstRun1000", "NewSignature", "WarmSession", "slowdown", None,
+     "first run vs warm run of a signature"),
+    ("FirstRun1000", "WarmSession", "WarmRawFlowGraph", "slowdown", None, "warm run vs raw"),
+    ("FirstRun1000", "WarmCallable", "WarmRawFlowGraph", "slowdown", None, "warm Callable vs raw"),
+]
+
+# Cases whose per-node time is worth printing.
+PER_NODE_CASES = {"NoOpChain10k", "Wavefront100x100"}
+
+UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
+
+
+def base_name(name):
+    # "BM_X_Y/real_time", "BM_X_Y/min_time:1.000/real_time" -> "BM_X_Y"
+    return name.split("/")[0]
+
+
+def split_name(base):
+    if not base.startswith("BM_") or "_" not in base[3:]:
+        return None
+    case, variant = base[3:].split("_", 1)
+    return case, variant
+
+
+def load(paths):
+    """Returns {(case, variant): {"ns": median real time, "n": samples, "nodes": int|None}}."""
+    samples = {}
+    medians = {}
+    nodes = {}
+    for path in paths:
+        with open(path, encoding="utf-8") as f:
+            data = json.load(f)
+        for b in data.get("benchmarks", []):
+            if b.get("error_occurred"):
+                continue
+            key = split_name(base_name(b.get("run_name", b["name"])))
+            if key is None:
+                continue
+            ns = float(b["real_time"]) * UNIT_NS[b.get("time_unit", "ns")]
+            if b.get("run_type") == "aggregate":
+                if b.get("aggregate_name") == "median":
+                    medians.setdefault(key, []).append(ns)
+                continue
+            samples.setdefault(key, []).append(ns)
+            if "nodes" in b:
+                nodes[key] = int(b["nodes"])
+    out = {}
+    for key in set(samples) | set(medians):
+        values = medians.get(key) or samples[key]
+        out[key] = {"ns": statistics.median(values), "n": len(values), "nodes": nodes.get(key)}
+    return out
+
+
+def fmt_time(ns):
+    for unit, scale in (("s", 1e9), ("ms", 1e6), ("us", 1e3)):
+        if ns >= scale:
+            return f"{ns / scale:.3g} {unit}"
+    return f"{ns:.3g} ns"
+
+
+def build_table(results):
+    table = []
+    for case, num, den, mode, target, note in ROWS:
+        a = results.get((case, num))
+        b = results.get((case, den))
+        if a is None or b is None:
+            if target is None:
+                continue  # informational rows only when both sides ran
+            missing = num if a is None else den
+            table.append({"case": case, "pair": f"{num} / {den}", "a": "-", "b": "-",
+                          "ratio": "-",
+                          "target": f"<= {target:g}x" if mode == "slowdown" else f">= {target:g}x",
+                          "verdict": "MISSING",
+                          "note": f"no result for {case}_{missing}"})
+            continue
+        if mode == "slowdown":
+            ratio = a["ns"] / b["ns"]
+            pair = f"{num} / {den}"
+            tgt = None if target is None else f"<= {target:g}x"
+            ok = None if target is None else ratio <= target
+        else:
+            ratio = b["ns"] / a["ns"]
+            pair = f"{den} / {num} (speedup)"
+            tgt = None if target is None else f">= {target:g}x"
+            ok = None if target is None else ratio >= target
+        ta, tb = fmt_time(a["ns"]), fmt_time(b["ns"])
+        if case in PER_NODE_CASES and a["nodes"] and b["nodes"]:
+            ta += f" ({a['ns'] / a['nodes']:.1f} ns/node)"
+            tb += f" ({b['ns'] / b['nodes']:.1f} ns/node)"
+        table.append({"case": case, "pair": pair, "a": ta, "b": tb, "ratio": f"{ratio:.2f}x",
+                      "target": tgt or "-",
+                      "verdict": "-" if ok is None else ("PASS" if ok else "MISS"),
+                      "note": note})
+    return table
+
+
+COLUMNS = [("case", "case"), ("pair", "ratio of"), ("a", "numerator"), ("b", "denominator"),
+           ("ratio", "ratio"), ("target", "target"), ("verdict", "verdict"), ("note", "note")]
+
+
+def print_text(table):
+    widths = {k: max(len(h), *(len(r[k]) for r in table)) for k, h in COLUMNS}
+    print("  ".join(h.ljust(widths[k]) for k, h in COLUMNS).rstrip())
+    print("  ".join("-" * widths[k] for k, _ in COLUMNS))
+    for r in table:
+        print("  ".join(r[k].ljust(widths[k]) for k, _ in COLUMNS).rstrip())
+
+
+def print_markdown(table):
+    print("| " + " | ".join(h for _, h in COLUMNS) + " |")
+    print("|" + "|".join("---" for _ in COLUMNS) + "|")
+    for r in table:
+        print("| " + " | ".join(r[k] for k, _ in COLUMNS) + " |")
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("json", nargs="+", help="Google Benchmark JSON output files")
+    parser.add_argument("--format", choices=["text", "markdown"], default="text")
+    parser.add_argument("--strict", action="store_true",
+                        help="exit 1 when a target is missed or its results are missing")
+    args = parser.parse_args()
+    results = load(args.json)
+    if not results:
+        print("no benchmark results found", file=sys.stderr)
+        return 2
+    table = build_table(results)
+    (print_markdown if args.format == "markdown" else print_text)(table)
+    targeted = [r for r in table if r["verdict"] in ("PASS", "MISS", "MISSING")]
+    passed = sum(r["verdict"] == "PASS" for r in targeted)
+    print(f"\ntargets: {passed}/{len(targeted)} PASS")
+    if args.strict and passed != len(targeted):
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
