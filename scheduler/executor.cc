@@ -12,8 +12,9 @@ namespace {
 void tbb_parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn) {
   // Runs in the arena of the calling kernel (the session's): intra-op work
   // shares the inter-op threads.
-  tbb::parallel_for(tbb::blocked_range<int64_t>(0, n, static_cast<std::size_t>(std::max<int64_t>(grain, 1))),
-                    [&](const tbb::blocked_range<int64_t>& r) { fn(r.begin(), r.end()); });
+  tbb::parallel_for(
+      tbb::blocked_range<int64_t>(0, n, static_cast<std::size_t>(std::max<int64_t>(grain, 1))),
+      [&](const tbb::blocked_range<int64_t>& r) { fn(r.begin(), r.end()); });
 }
 
 int arena_threads(const SessionOptions& o) {
@@ -28,6 +29,7 @@ SessionImpl::SessionImpl(Graph graph, SessionOptions options)
       arena_(arena_threads(options)),
       cache_(options.plan_cache_capacity),
       kernels_(static_cast<std::size_t>(graph_.num_nodes())),
+      kernel_ptrs_(new std::atomic<OpKernel*>[static_cast<std::size_t>(graph_.num_nodes())]()),
       epoch_(std::chrono::steady_clock::now()) {
   runtime_.parallel_for = &tbb_parallel_for;
   arena_.initialize();
@@ -51,8 +53,11 @@ Status SessionImpl::close() {
 }
 
 Result<OpKernel*> SessionImpl::kernel_for(const Node& node) {
+  const auto id = static_cast<std::size_t>(node.id());
+  // acquire: pairs with the release below, so the kernel is fully built.
+  if (OpKernel* k = kernel_ptrs_[id].load(std::memory_order_acquire)) return k;
   std::lock_guard lock(kernels_mu_);
-  auto& slot = kernels_[static_cast<std::size_t>(node.id())];
+  auto& slot = kernels_[id];
   if (slot == nullptr) {
     OpKernelConstruction construction(node, resources_);
     const KernelFactory& factory =
@@ -62,6 +67,7 @@ Result<OpKernel*> SessionImpl::kernel_for(const Node& node) {
       return made.status().with_prefix(fmt::format("creating the kernel of {}", node.describe()));
     }
     slot = std::move(*made);
+    kernel_ptrs_[id].store(slot.get(), std::memory_order_release);
   }
   return slot.get();
 }
@@ -100,15 +106,17 @@ Result<const Node*> SessionImpl::resolve_target(const TargetRef& ref) const {
   return n;
 }
 
-Result<Signature> SessionImpl::resolve(const std::vector<TensorRef>& feeds,
-                                       const std::vector<TensorRef>& fetches,
-                                       const std::vector<TargetRef>& targets) const {
+template <typename FeedRefs, typename RefOf>
+Result<Signature> SessionImpl::resolve_impl(const FeedRefs& feeds, RefOf ref_of,
+                                            const std::vector<TensorRef>& fetches,
+                                            const std::vector<TargetRef>& targets) const {
   if (fetches.empty() && targets.empty()) {
     return invalid_argument("Must specify at least one target to fetch or execute.");
   }
   Signature sig;
   sig.feeds.reserve(feeds.size());
-  for (const TensorRef& f : feeds) {
+  for (const auto& feed : feeds) {
+    const TensorRef& f = ref_of(feed);
     Result<Output> o = resolve_tensor(f);
     if (!o.is_ok()) return o.status().with_prefix(fmt::format("feed '{}'", f.to_string()));
     if (std::find(sig.feeds.begin(), sig.feeds.end(), *o) != sig.feeds.end()) {
@@ -145,15 +153,38 @@ Result<Signature> SessionImpl::resolve(const std::vector<TensorRef>& feeds,
   return sig;
 }
 
+Result<Signature> SessionImpl::resolve(const std::vector<TensorRef>& feeds,
+                                       const std::vector<TensorRef>& fetches,
+                                       const std::vector<TargetRef>& targets) const {
+  return resolve_impl(
+      feeds, [](const TensorRef& r) -> const TensorRef& { return r; }, fetches, targets);
+}
+
+Result<Signature> SessionImpl::resolve(const FeedList& feeds, const std::vector<TensorRef>& fetches,
+                                       const std::vector<TargetRef>& targets) const {
+  return resolve_impl(
+      feeds, [](const Feed& f) -> const TensorRef& { return f.tensor; }, fetches, targets);
+}
+
 namespace {
+void append_int(std::string& key, int32_t v) {
+  key.append(reinterpret_cast<const char*>(&v), sizeof(v));
+}
+
+// Binary key: counts, then (node id, index) pairs and target ids.
 std::string signature_key(const Signature& sig) {
   std::string key;
-  key.reserve(64);
-  for (const Output& o : sig.feeds) key += fmt::format("{}:{},", o.node()->id(), o.index());
-  key += "->";
-  for (const Output& o : sig.fetches) key += fmt::format("{}:{},", o.node()->id(), o.index());
-  key += '/';
-  for (const Node* n : sig.targets) key += fmt::format("{},", n->id());
+  key.reserve(12 + 8 * (sig.feeds.size() + sig.fetches.size()) + 4 * sig.targets.size());
+  append_int(key, static_cast<int32_t>(sig.feeds.size()));
+  append_int(key, static_cast<int32_t>(sig.fetches.size()));
+  append_int(key, static_cast<int32_t>(sig.targets.size()));
+  for (const auto* list : {&sig.feeds, &sig.fetches}) {
+    for (const Output& o : *list) {
+      append_int(key, o.node()->id());
+      append_int(key, o.index());
+    }
+  }
+  for (const Node* n : sig.targets) append_int(key, n->id());
   return key;
 }
 }  // namespace
@@ -172,7 +203,8 @@ Result<std::shared_ptr<PlanEntry>> SessionImpl::plan_for(const Signature& sig) {
 
 Status SessionImpl::check_feeds(const Plan& plan, std::span<const Tensor> feeds) {
   if (feeds.size() != plan.feed_slots.size()) {
-    return invalid_argument("expected {} feed value(s), got {}", plan.feed_slots.size(), feeds.size());
+    return invalid_argument("expected {} feed value(s), got {}", plan.feed_slots.size(),
+                            feeds.size());
   }
   for (std::size_t f = 0; f < feeds.size(); ++f) {
     const Tensor& t = feeds[f];
@@ -193,7 +225,8 @@ Status SessionImpl::execute(PlanEntry& entry, std::span<const Tensor> feeds, std
                             const RunOptions& options, RunMetadata* metadata) {
   const Plan& plan = *entry.plan;
   StepControl control;
-  control.step_id = next_step_id_.fetch_add(1, std::memory_order_relaxed);  // relaxed: unique ids only
+  control.step_id =
+      next_step_id_.fetch_add(1, std::memory_order_relaxed);  // relaxed: unique ids only
   if (options.timeout) control.deadline = std::chrono::steady_clock::now() + *options.timeout;
   control.session_closed = &closed_;
   control.trace = options.trace && metadata != nullptr;
@@ -220,10 +253,7 @@ Result<std::vector<Tensor>> SessionImpl::run(const FeedList& feeds,
                                              const std::vector<TargetRef>& targets,
                                              const RunOptions& options, RunMetadata* metadata) {
   GRAPHRUN_RETURN_IF_ERROR(check_open());
-  std::vector<TensorRef> feed_refs;
-  feed_refs.reserve(feeds.size());
-  for (const Feed& f : feeds) feed_refs.push_back(f.tensor);
-  GRAPHRUN_ASSIGN_OR_RETURN(Signature sig, resolve(feed_refs, fetches, targets));
+  GRAPHRUN_ASSIGN_OR_RETURN(Signature sig, resolve(feeds, fetches, targets));
   GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<PlanEntry> entry, plan_for(sig));
   std::vector<Tensor> values;
   values.reserve(feeds.size());

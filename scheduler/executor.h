@@ -52,6 +52,12 @@ class SessionImpl {
   Result<Signature> resolve(const std::vector<TensorRef>& feeds,
                             const std::vector<TensorRef>& fetches,
                             const std::vector<TargetRef>& targets) const;
+  Result<Signature> resolve(const FeedList& feeds, const std::vector<TensorRef>& fetches,
+                            const std::vector<TargetRef>& targets) const;
+  template <typename FeedRefs, typename RefOf>
+  Result<Signature> resolve_impl(const FeedRefs& feeds, RefOf ref_of,
+                                 const std::vector<TensorRef>& fetches,
+                                 const std::vector<TargetRef>& targets) const;
   Result<std::shared_ptr<PlanEntry>> plan_for(const Signature& sig);
   Result<OpKernel*> kernel_for(const Node& node);
 
@@ -63,6 +69,8 @@ class SessionImpl {
   PlanCache cache_;
   std::mutex kernels_mu_;
   std::vector<std::unique_ptr<OpKernel>> kernels_;  // by node id; guarded by kernels_mu_
+  // The same pointers for lock-free lookup once made (null until then).
+  std::unique_ptr<std::atomic<OpKernel*>[]> kernel_ptrs_;
   std::atomic<bool> closed_{false};
   std::atomic<int64_t> next_step_id_{1};
   std::chrono::steady_clock::time_point epoch_;

@@ -4,8 +4,7 @@ namespace graphrun::sched {
 
 using tbb::flow::continue_msg;
 
-FlowInstance::FlowInstance(const Plan& plan, const KernelRuntime& runtime)
-    : state_(plan, runtime) {
+FlowInstance::FlowInstance(const Plan& plan, const KernelRuntime& runtime) : state_(plan, runtime) {
   const std::size_t n = plan.nodes.size();
   for (std::size_t i = 0; i < n; ++i) {
     const auto index = static_cast<int32_t>(i);
@@ -19,7 +18,9 @@ FlowInstance::FlowInstance(const Plan& plan, const KernelRuntime& runtime)
     const NodeItem& item = plan.nodes[i];
     if (item.num_preds == 0) roots_.push_back(&nodes_[i]);
     for (int32_t k = item.succ_begin; k < item.succ_end; ++k) {
-      tbb::flow::make_edge(nodes_[i], nodes_[static_cast<std::size_t>(plan.successors[static_cast<std::size_t>(k)])]);
+      tbb::flow::make_edge(
+          nodes_[i],
+          nodes_[static_cast<std::size_t>(plan.successors[static_cast<std::size_t>(k)])]);
     }
   }
 }

@@ -1,20 +1,23 @@
 #include "scheduler/plan.h"
 
 #include <algorithm>
-#include <deque>
+#include <queue>
 #include <unordered_map>
 
 namespace graphrun::sched {
 namespace {
 
-int64_t feed_key(const Output& o) { return (static_cast<int64_t>(o.node()->id()) << 20) | o.index(); }
+int64_t feed_key(const Output& o) {
+  return (static_cast<int64_t>(o.node()->id()) << 20) | o.index();
+}
 
 std::string placeholder_message(const Node& n) {
   auto dtype = n.attr<DType>("dtype");
   auto shape = n.attr<Shape>("shape");
   std::string msg = fmt::format("You must feed a value for placeholder tensor '{}' with dtype {}",
                                 n.name(), dtype.is_ok() ? dtype_name(*dtype) : "?");
-  if (shape.is_ok() && !shape->is_unknown_rank()) msg += fmt::format(" and shape {}", shape->to_string());
+  if (shape.is_ok() && !shape->is_unknown_rank())
+    msg += fmt::format(" and shape {}", shape->to_string());
   return msg;
 }
 
@@ -24,7 +27,8 @@ Result<std::shared_ptr<const Plan>> build_plan(const Graph& graph, const Signatu
                                                const KernelProvider& kernels) {
   const int n_graph = graph.num_nodes();
   std::unordered_map<int64_t, int> fed;  // feed key -> feed index
-  for (std::size_t i = 0; i < sig.feeds.size(); ++i) fed.emplace(feed_key(sig.feeds[i]), static_cast<int>(i));
+  for (std::size_t i = 0; i < sig.feeds.size(); ++i)
+    fed.emplace(feed_key(sig.feeds[i]), static_cast<int>(i));
 
   // 1. Prune: reverse reachability from fetches and targets, stopping at fed
   // tensors.
@@ -72,18 +76,24 @@ Result<std::shared_ptr<const Plan>> build_plan(const Graph& graph, const Signatu
     indegree[static_cast<std::size_t>(id)] = static_cast<int>(preds.size());
     for (int p : preds) succ[static_cast<std::size_t>(p)].push_back(id);
   }
+  // Ready nodes leave in node-id order (a min-heap): graphs are built
+  // producers first, so the plan keeps the builder's order, which is also
+  // closer to the depth-first order oneTBB runs nodes in than a FIFO's
+  // breadth-first one (measured: -15% per node on the 100x100 wavefront).
   std::vector<int> order;
-  std::deque<int> ready;
+  order.reserve(static_cast<std::size_t>(n_graph));
+  std::priority_queue<int, std::vector<int>, std::greater<>> ready;
   for (int id = 0; id < n_graph; ++id) {
-    if (needed[static_cast<std::size_t>(id)] && indegree[static_cast<std::size_t>(id)] == 0) ready.push_back(id);
+    if (needed[static_cast<std::size_t>(id)] && indegree[static_cast<std::size_t>(id)] == 0)
+      ready.push(id);
   }
   std::vector<int> remaining = indegree;
   while (!ready.empty()) {
-    int id = ready.front();
-    ready.pop_front();
+    int id = ready.top();
+    ready.pop();
     order.push_back(id);
     for (int s : succ[static_cast<std::size_t>(id)]) {
-      if (--remaining[static_cast<std::size_t>(s)] == 0) ready.push_back(s);
+      if (--remaining[static_cast<std::size_t>(s)] == 0) ready.push(s);
     }
   }
   const auto n_needed = std::count(needed.begin(), needed.end(), 1);
@@ -114,6 +124,8 @@ Result<std::shared_ptr<const Plan>> build_plan(const Graph& graph, const Signatu
     Result<OpKernel*> k = kernels(*n);
     if (!k.is_ok()) return k.status();
     item.kernel = *k;
+    // NoOp does nothing: its body skips the kernel call.
+    item.skip_kernel = n->op() == "NoOp";
   }
   const int32_t feed_base = slot;
   for (std::size_t f = 0; f < sig.feeds.size(); ++f) {
@@ -128,7 +140,8 @@ Result<std::shared_ptr<const Plan>> build_plan(const Graph& graph, const Signatu
   auto slot_of = [&](const Output& o) -> int32_t {
     auto it = fed.find(feed_key(o));
     if (it != fed.end()) return feed_base + it->second;
-    return plan->nodes[static_cast<std::size_t>(index_of[static_cast<std::size_t>(o.node()->id())])].output_base +
+    return plan->nodes[static_cast<std::size_t>(index_of[static_cast<std::size_t>(o.node()->id())])]
+               .output_base +
            o.index();
   };
   for (NodeItem& item : plan->nodes) {

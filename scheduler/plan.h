@@ -27,13 +27,14 @@ struct NodeItem {
   int32_t input_end = 0;
   int32_t succ_begin = 0;  // into Plan::successors (plan indices; data and control)
   int32_t succ_end = 0;
-  int32_t num_preds = 0;  // distinct in-plan predecessors
+  int32_t num_preds = 0;     // distinct in-plan predecessors
+  bool skip_kernel = false;  // NoOp: nothing to compute
 };
 
 // The resolved signature a plan is compiled for.
 struct Signature {
-  std::vector<Output> feeds;      // in the caller's order, distinct
-  std::vector<Output> fetches;    // in the caller's order, may repeat
+  std::vector<Output> feeds;    // in the caller's order, distinct
+  std::vector<Output> fetches;  // in the caller's order, may repeat
   std::vector<const Node*> targets;
 };
 
@@ -42,9 +43,9 @@ struct Plan {
   std::vector<NodeItem> nodes;  // topological order
   std::vector<int32_t> input_slots;
   std::vector<int32_t> successors;
-  int32_t num_slots = 0;  // node outputs, then one per feed
-  std::vector<int32_t> feed_slots;   // per signature feed
-  std::vector<DType> feed_dtypes;    // what each feed replaces
+  int32_t num_slots = 0;            // node outputs, then one per feed
+  std::vector<int32_t> feed_slots;  // per signature feed
+  std::vector<DType> feed_dtypes;   // what each feed replaces
   std::vector<Shape> feed_shapes;
   std::vector<std::string> feed_names;
   std::vector<int32_t> fetch_slots;  // per signature fetch

@@ -8,11 +8,13 @@ std::shared_ptr<PlanEntry> PlanCache::find(const std::string& key) {
   std::shared_lock lock(mu_);
   auto it = entries_.find(key);
   if (it == entries_.end()) return nullptr;
-  it->second->last_used.store(clock_.fetch_add(1, std::memory_order_relaxed), std::memory_order_relaxed);
+  it->second->last_used.store(clock_.fetch_add(1, std::memory_order_relaxed),
+                              std::memory_order_relaxed);
   return it->second;
 }
 
-std::shared_ptr<PlanEntry> PlanCache::insert(const std::string& key, std::shared_ptr<const Plan> plan,
+std::shared_ptr<PlanEntry> PlanCache::insert(const std::string& key,
+                                             std::shared_ptr<const Plan> plan,
                                              std::vector<std::shared_ptr<PlanEntry>>* evicted) {
   std::unique_lock lock(mu_);
   auto it = entries_.find(key);

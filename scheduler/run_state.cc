@@ -21,7 +21,11 @@ void RunState::begin(const StepControl& control, std::span<const Tensor> feeds) 
     readers_[s].store(plan_.slot_readers[static_cast<std::size_t>(s)], std::memory_order_relaxed);
   }
   for (std::size_t f = 0; f < feeds.size(); ++f) slots_[plan_.feed_slots[f]] = feeds[f];
+  checks_ = 0;
+  if (control_.session_closed != nullptr) checks_ |= kCheckClosed;
+  if (control_.deadline) checks_ |= kCheckDeadline;
   if (control_.trace) {
+    checks_ |= kCheckTrace;
     stats_.assign(plan_.nodes.size(), NodeExecStats{});
   }
   // The flow graph's try_put publishes these writes to the executing threads.
@@ -45,76 +49,98 @@ void RunState::release_inputs(const NodeItem& item) {
   for (int32_t k = item.input_begin; k < item.input_end; ++k) {
     const int32_t s = plan_.input_slots[static_cast<std::size_t>(k)];
     // acq_rel: the last reader must see every other reader's use finished.
-    if (readers_[s].fetch_sub(1, std::memory_order_acq_rel) == 1) slots_[static_cast<std::size_t>(s)] = Tensor();
+    if (readers_[s].fetch_sub(1, std::memory_order_acq_rel) == 1)
+      slots_[static_cast<std::size_t>(s)] = Tensor();
+  }
+}
+
+bool RunState::should_skip(const NodeItem& item) {
+  if (cancelled_.load(std::memory_order_relaxed)) return true;  // relaxed: advisory skip
+  if (checks_ == 0) return false;
+  if ((checks_ & kCheckClosed) != 0 &&
+      control_.session_closed->load(std::memory_order_relaxed)) {  // relaxed: advisory
+    record_error(cancelled("Session has been closed."));
+    return true;
+  }
+  if ((checks_ & kCheckDeadline) != 0 && std::chrono::steady_clock::now() > *control_.deadline) {
+    record_error(
+        deadline_exceeded("the run's deadline expired before {} ran", item.node->describe()));
+    return true;
+  }
+  return false;
+}
+
+void RunState::fail_node(const NodeItem& item, const Status& s) {
+  std::string inputs;
+  for (int32_t k = item.input_begin; k < item.input_end; ++k) {
+    const Tensor& t =
+        slots_[static_cast<std::size_t>(plan_.input_slots[static_cast<std::size_t>(k)])];
+    inputs += fmt::format("{}{}", k == item.input_begin ? "" : ", ", t.debug_type());
+  }
+  record_error(
+      Status(s.code(),
+             fmt::format("{}: {}{}", item.node->describe(), s.message(),
+                         inputs.empty() ? std::string() : fmt::format(" (inputs: {})", inputs))));
+}
+
+Status RunState::call_kernel(const NodeItem& item) noexcept {
+  OpKernelContext ctx(
+      *item.node, slots_.data(),
+      std::span<const int32_t>(plan_.input_slots.data() + item.input_begin,
+                               static_cast<std::size_t>(item.input_end - item.input_begin)),
+      slots_.data() + item.output_base, runtime_, &cancelled_, control_.step_id);
+  try {
+    Status s = item.kernel->compute(ctx);
+    if (!s.is_ok()) return s;
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("out of memory");
+  } catch (const std::exception& e) {
+    return internal_error("kernel threw: {}", e.what());
+  } catch (...) {
+    return internal_error("kernel threw a non-standard exception");
+  }
+  for (int32_t o = 0; o < item.num_outputs; ++o) {
+    if (!slots_[static_cast<std::size_t>(item.output_base + o)].is_initialized()) {
+      return internal_error("the kernel did not produce output {}", o);
+    }
+  }
+  return Status::ok();
+}
+
+void RunState::record_stats(const NodeItem& item, NodeExecStats& stat, int64_t start_ns) {
+  stat.start_ns = start_ns;
+  stat.end_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                    std::chrono::steady_clock::now() - control_.epoch)
+                    .count();
+  stat.node = item.node->name();
+  stat.op = item.node->op();
+  stat.thread = tbb::this_task_arena::current_thread_index();
+  for (int32_t o = 0; o < item.num_outputs; ++o) {
+    const Tensor& t = slots_[static_cast<std::size_t>(item.output_base + o)];
+    stat.output_shapes.push_back(t.shape());
+    stat.output_bytes += static_cast<int64_t>(t.byte_size());
   }
 }
 
 void RunState::execute(int32_t i) noexcept {
   const NodeItem& item = plan_.nodes[static_cast<std::size_t>(i)];
-  if (cancelled_.load(std::memory_order_relaxed)) return;  // skip; successors still fire
-  if (control_.session_closed != nullptr && control_.session_closed->load(std::memory_order_relaxed)) {
-    record_error(cancelled("Session has been closed."));
-    return;
+  if (should_skip(item)) return;  // successors still fire, and skip in turn
+  int64_t start_ns = 0;
+  if ((checks_ & kCheckTrace) != 0) {
+    start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
+                   std::chrono::steady_clock::now() - control_.epoch)
+                   .count();
   }
-  if (control_.deadline && std::chrono::steady_clock::now() > *control_.deadline) {
-    record_error(deadline_exceeded("the run's deadline expired before {} ran", item.node->describe()));
-    return;
-  }
-  NodeExecStats* stat = nullptr;
-  if (control_.trace) {
-    stat = &stats_[static_cast<std::size_t>(i)];
-    stat->start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                         std::chrono::steady_clock::now() - control_.epoch)
-                         .count();
-  }
-  OpKernelContext ctx(*item.node, slots_.data(),
-                      std::span<const int32_t>(plan_.input_slots.data() + item.input_begin,
-                                               static_cast<std::size_t>(item.input_end - item.input_begin)),
-                      slots_.data() + item.output_base, runtime_, &cancelled_, control_.step_id);
-  Status s;
-  try {
-    s = item.kernel->compute(ctx);
-  } catch (const std::bad_alloc&) {
-    s = resource_exhausted("out of memory");
-  } catch (const std::exception& e) {
-    s = internal_error("kernel threw: {}", e.what());
-  } catch (...) {
-    s = internal_error("kernel threw a non-standard exception");
-  }
-  if (s.is_ok()) {
-    for (int32_t o = 0; o < item.num_outputs; ++o) {
-      if (!slots_[static_cast<std::size_t>(item.output_base + o)].is_initialized()) {
-        s = internal_error("the kernel did not produce output {}", o);
-        break;
-      }
+  if (!item.skip_kernel) {
+    Status s = call_kernel(item);
+    if (!s.is_ok()) {
+      fail_node(item, s);
+      return;
     }
   }
-  if (!s.is_ok()) {
-    std::string shapes;
-    for (int32_t k = item.input_begin; k < item.input_end; ++k) {
-      const Tensor& t = slots_[static_cast<std::size_t>(plan_.input_slots[static_cast<std::size_t>(k)])];
-      shapes += fmt::format("{}{}", k == item.input_begin ? "" : ", ", t.debug_type());
-    }
-    record_error(Status(s.code(), fmt::format("{}: {}{}", item.node->describe(), s.message(),
-                                              item.input_end > item.input_begin
-                                                  ? fmt::format(" (inputs: {})", shapes)
-                                                  : std::string())));
-    return;
-  }
-  if (stat != nullptr) {
-    stat->end_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                       std::chrono::steady_clock::now() - control_.epoch)
-                       .count();
-    stat->node = item.node->name();
-    stat->op = item.node->op();
-    stat->thread = tbb::this_task_arena::current_thread_index();
-    for (int32_t o = 0; o < item.num_outputs; ++o) {
-      const Tensor& t = slots_[static_cast<std::size_t>(item.output_base + o)];
-      stat->output_shapes.push_back(t.shape());
-      stat->output_bytes += static_cast<int64_t>(t.byte_size());
-    }
-  }
-  release_inputs(item);
+  if ((checks_ & kCheckTrace) != 0)
+    record_stats(item, stats_[static_cast<std::size_t>(i)], start_ns);
+  if (item.input_end > item.input_begin) release_inputs(item);
 }
 
 void RunState::take_fetches(std::span<Tensor> out) {

@@ -56,10 +56,22 @@ class RunState {
 
  private:
   void release_inputs(const NodeItem& item);
+  // Whether node `item` must not run (cancelled, closed, past the deadline);
+  // records why.
+  bool should_skip(const NodeItem& item);
+  Status call_kernel(const NodeItem& item) noexcept;
+  // Cold paths, out of line.
+  [[gnu::noinline, gnu::cold]] void fail_node(const NodeItem& item, const Status& s);
+  [[gnu::noinline]] void record_stats(const NodeItem& item, NodeExecStats& stat, int64_t start_ns);
+
+  static constexpr uint8_t kCheckClosed = 1;
+  static constexpr uint8_t kCheckDeadline = 2;
+  static constexpr uint8_t kCheckTrace = 4;
 
   const Plan& plan_;
   const KernelRuntime& runtime_;
   StepControl control_;
+  uint8_t checks_ = 0;  // kCheck* bits for this step, set in begin()
   std::vector<Tensor> slots_;
   std::unique_ptr<std::atomic<int32_t>[]> readers_;
   std::atomic<bool> cancelled_{false};

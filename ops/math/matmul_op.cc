@@ -17,9 +17,12 @@ namespace {
 
 // Below this many multiply-adds a product runs as one Eigen call; above it
 // the output rows are split across the session's threads.
-constexpr int64_t kParallelMinMacs = int64_t{64} * 64 * 64;
-// Multiply-adds per parallel chunk, at least.
-constexpr int64_t kChunkMacs = int64_t{32} * 64 * 64;
+constexpr int64_t kParallelMinMacs = int64_t{128} * 128 * 128;
+// Multiply-adds per parallel chunk (tbb splits a range down to between half
+// and all of the grain). Each chunk re-packs the right-hand matrix, so
+// chunks must be coarse: with 2-row chunks a 256^3 product cost 2.27x the
+// unsplit one on one thread (bench/ops/matmul_bench.cc).
+constexpr int64_t kChunkMacs = int64_t{4} << 20;
 
 // "inner dimensions differ: [2,3] x [4,5] (3 vs 4)", plus the transpose
 // flags when either is set.
