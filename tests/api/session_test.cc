@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
+#include <thread>
 
 #include "tests/testing/op_harness.h"
 
@@ -220,6 +222,28 @@ TEST(SessionTest, SessionCopiesTheGraph) {
   EXPECT_THAT(s->run({}, {"added_later:0"}), StatusIs(StatusCode::kNotFound, "added_later"));
   Output later = g.find_output("added_later:0").value();
   EXPECT_THAT(s->run({}, {later}), StatusIs(StatusCode::kNotFound, "added_later"));
+}
+
+TEST(SessionTest, DeadlineStopsTheRunBeforeTheNextNode) {
+  Graph g;
+  std::atomic<int> second_ran{0};
+  Output a = ops::Const(g, Tensor(1.0f), "a");
+  Output slow = ops::Call(
+      g, {a}, {DType::kFloat32},
+      [](std::span<const Tensor> in) -> Result<std::vector<Tensor>> {
+        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        return std::vector<Tensor>{in[0]};
+      },
+      {}, "slow")[0];
+  Output after = counted(g, slow, &second_ran, "after");
+  auto s = make_session(g);
+  RunOptions opts;
+  opts.timeout = std::chrono::milliseconds(5);
+  EXPECT_THAT(s->run({}, {after}, {}, opts), StatusIs(StatusCode::kDeadlineExceeded, "after"));
+  EXPECT_EQ(second_ran.load(), 0);
+  // Without a deadline the same signature runs to the end.
+  EXPECT_THAT(s->run({}, {after}), IsOk());
+  EXPECT_EQ(second_ran.load(), 1);
 }
 
 TEST(SessionTest, InvalidOptions) {
