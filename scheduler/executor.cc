@@ -243,7 +243,8 @@ Status SessionImpl::execute(PlanEntry& entry, std::span<const Tensor> feeds, std
     if (status.is_ok()) state.take_fetches(out);
     if (control.trace) state.collect_stats(*metadata);
     state.finish();
-    entry.pool.give_back(std::move(inst));
+    inst =
+        entry.pool.give_back(std::move(inst));  // destroyed here (in the arena) if the pool is full
   });
   return status;
 }

@@ -40,9 +40,11 @@ std::unique_ptr<FlowInstance> InstancePool::take() {
   return inst;
 }
 
-void InstancePool::give_back(std::unique_ptr<FlowInstance> instance) {
+std::unique_ptr<FlowInstance> InstancePool::give_back(std::unique_ptr<FlowInstance> instance) {
   tbb::spin_mutex::scoped_lock lock(mu_);
+  if (idle_.size() >= kMaxIdle) return instance;
   idle_.push_back(std::move(instance));
+  return nullptr;
 }
 
 void InstancePool::clear() {

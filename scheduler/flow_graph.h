@@ -32,22 +32,42 @@ class FlowInstance {
   // Triggers the roots and waits, helping, until every node has run.
   void run();
 
+  // Partial runs (plans with Plan::partial): trigger the roots that need no
+  // feed without waiting; put feed `f`'s entry node (its readers may then
+  // run); wait until the graph is quiet.
+  void start_roots();
+  void put_feed(int f);
+  void wait_quiet() { graph_.wait_for_all(); }
+
+  // Instances alive in the process (leak tests).
+  static int64_t live_count();
+
  private:
   using Node = tbb::flow::continue_node<tbb::flow::continue_msg>;
+  using Entry = tbb::flow::broadcast_node<tbb::flow::continue_msg>;
   RunState state_;
   // Isolated: cancelling another graph never reaches this one.
   tbb::task_group_context context_{tbb::task_group_context::isolated};
   tbb::flow::graph graph_{context_};
   std::deque<Node> nodes_;
   std::vector<Node*> roots_;
+  std::deque<Entry> entries_;  // per feed (partial plans)
+  std::deque<Node> sinks_;     // per fetch, then per target (partial plans)
 };
 
 // Idle instances of one plan. Thread safety: thread-safe.
 class InstancePool {
  public:
+  // Idle instances kept at most; more are destroyed when given back.
+  static constexpr std::size_t kMaxIdle = 16;
+
+  InstancePool() { idle_.reserve(kMaxIdle); }
+
   // An idle instance, or nullptr when the caller must build one.
   std::unique_ptr<FlowInstance> take();
-  void give_back(std::unique_ptr<FlowInstance> instance);
+  // Keeps `instance` for reuse, or hands it back when the pool is full: the
+  // caller destroys it (inside the arena).
+  [[nodiscard]] std::unique_ptr<FlowInstance> give_back(std::unique_ptr<FlowInstance> instance);
   // Destroys the idle instances (call inside the arena).
   void clear();
 

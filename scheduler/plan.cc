@@ -21,6 +21,70 @@ std::string placeholder_message(const Node& n) {
   return msg;
 }
 
+// Which declared feeds each node, fetch and target depends on, and where
+// feeds enter the flow graph.
+void add_partial_run_info(Plan& plan, const Signature& sig,
+                          const std::unordered_map<int64_t, int>& fed,
+                          const std::vector<int32_t>& index_of) {
+  plan.partial = true;
+  const std::size_t n_feeds = sig.feeds.size();
+  const std::size_t words = (n_feeds + 63) / 64;
+  std::vector<uint64_t> deps(plan.nodes.size() * words, 0);
+  auto node_deps = [&](std::size_t i) { return deps.data() + i * words; };
+  plan.feed_readers.assign(n_feeds, {});
+  plan.node_feed_inputs.assign(plan.nodes.size(), 0);
+  for (std::size_t i = 0; i < plan.nodes.size(); ++i) {
+    const Node* n = plan.nodes[i].node;
+    uint64_t* mine = node_deps(i);
+    for (const Output& in : n->inputs()) {
+      auto it = fed.find(feed_key(in));
+      if (it != fed.end()) {
+        const auto f = static_cast<std::size_t>(it->second);
+        mine[f / 64] |= uint64_t{1} << (f % 64);
+        auto& readers = plan.feed_readers[f];
+        if (readers.empty() || readers.back() != static_cast<int32_t>(i)) {
+          readers.push_back(static_cast<int32_t>(i));
+          ++plan.node_feed_inputs[i];
+        }
+      } else {
+        const uint64_t* theirs = node_deps(
+            static_cast<std::size_t>(index_of[static_cast<std::size_t>(in.node()->id())]));
+        for (std::size_t w = 0; w < words; ++w) mine[w] |= theirs[w];
+      }
+    }
+    for (const Node* dep : n->control_inputs()) {
+      const uint64_t* theirs =
+          node_deps(static_cast<std::size_t>(index_of[static_cast<std::size_t>(dep->id())]));
+      for (std::size_t w = 0; w < words; ++w) mine[w] |= theirs[w];
+    }
+  }
+  auto list = [&](const uint64_t* bits) {
+    std::vector<int32_t> out;
+    for (std::size_t f = 0; f < n_feeds; ++f) {
+      if ((bits[f / 64] >> (f % 64)) & 1) out.push_back(static_cast<int32_t>(f));
+    }
+    return out;
+  };
+  for (const Output& f : sig.fetches) {
+    auto it = fed.find(feed_key(f));
+    if (it != fed.end()) {
+      plan.fetch_producers.push_back(-1);
+      plan.fetch_feeds.push_back(it->second);
+      plan.fetch_needs.push_back({it->second});
+    } else {
+      const int32_t p = index_of[static_cast<std::size_t>(f.node()->id())];
+      plan.fetch_producers.push_back(p);
+      plan.fetch_feeds.push_back(-1);
+      plan.fetch_needs.push_back(list(node_deps(static_cast<std::size_t>(p))));
+    }
+  }
+  for (const Node* t : sig.targets) {
+    const int32_t p = index_of[static_cast<std::size_t>(t->id())];
+    plan.target_nodes.push_back(p);
+    plan.target_needs.push_back(list(node_deps(static_cast<std::size_t>(p))));
+  }
+}
+
 }  // namespace
 
 Result<std::shared_ptr<const Plan>> build_plan(const Graph& graph, const Signature& sig,
@@ -164,6 +228,7 @@ Result<std::shared_ptr<const Plan>> build_plan(const Graph& graph, const Signatu
     plan->fetch_slots.push_back(s);
     plan->slot_readers[static_cast<std::size_t>(s)] = Plan::kKeep;
   }
+  if (sig.partial) add_partial_run_info(*plan, sig, fed, index_of);
   return std::shared_ptr<const Plan>(std::move(plan));
 }
 

@@ -36,6 +36,7 @@ struct Signature {
   std::vector<Output> feeds;    // in the caller's order, distinct
   std::vector<Output> fetches;  // in the caller's order, may repeat
   std::vector<const Node*> targets;
+  bool partial = false;  // a partial run's plan (adds the fields below)
 };
 
 // Thread safety: immutable after build; shared by concurrent steps.
@@ -54,6 +55,16 @@ struct Plan {
   std::vector<int32_t> slot_readers;
   static constexpr int32_t kKeep = 1 << 30;
   std::string key;
+
+  // Partial-run plans only.
+  bool partial = false;
+  std::vector<std::vector<int32_t>> feed_readers;  // per feed: plan nodes reading it, distinct
+  std::vector<int32_t> node_feed_inputs;           // per node: distinct feeds it reads
+  std::vector<int32_t> fetch_producers;            // per fetch: producing plan node, -1 when fed
+  std::vector<int32_t> fetch_feeds;                // per fetch: the feed index when fed, else -1
+  std::vector<int32_t> target_nodes;               // per target: plan node
+  std::vector<std::vector<int32_t>> fetch_needs;   // per fetch: feeds it depends on
+  std::vector<std::vector<int32_t>> target_needs;  // per target: feeds it depends on
 };
 
 // Makes (or returns the cached) kernel of a node; errors name the node.

@@ -21,14 +21,24 @@ void RunState::begin(const StepControl& control, std::span<const Tensor> feeds) 
     readers_[s].store(plan_.slot_readers[static_cast<std::size_t>(s)], std::memory_order_relaxed);
   }
   for (std::size_t f = 0; f < feeds.size(); ++f) slots_[plan_.feed_slots[f]] = feeds[f];
-  checks_ = 0;
-  if (control_.session_closed != nullptr) checks_ |= kCheckClosed;
-  if (control_.deadline) checks_ |= kCheckDeadline;
-  if (control_.trace) {
-    checks_ |= kCheckTrace;
-    stats_.assign(plan_.nodes.size(), NodeExecStats{});
-  }
+  uint8_t checks = 0;
+  if (control_.session_closed != nullptr) checks |= kCheckClosed;
+  if (control_.deadline) checks |= kCheckDeadline;
+  checks_.store(checks, std::memory_order_relaxed);
+  set_trace(control_.trace);
   // The flow graph's try_put publishes these writes to the executing threads.
+}
+
+void RunState::set_trace(bool on) {
+  if (on && stats_.size() != plan_.nodes.size()) {
+    stats_.assign(plan_.nodes.size(), NodeExecStats{});
+    stat_state_.reset(new std::atomic<uint8_t>[plan_.nodes.size()]());
+  }
+  if (on) {
+    checks_.fetch_or(kCheckTrace, std::memory_order_relaxed);  // relaxed: see the member comment
+  } else {
+    checks_.fetch_and(static_cast<uint8_t>(~kCheckTrace), std::memory_order_relaxed);
+  }
 }
 
 void RunState::record_error(Status s) {
@@ -36,8 +46,11 @@ void RunState::record_error(Status s) {
     std::lock_guard lock(mu_);
     status_.update(s);
   }
-  failed_.store(true, std::memory_order_relaxed);
-  cancelled_.store(true, std::memory_order_relaxed);  // advisory for kernels; mu_ orders status_
+  // seq_cst: a partial-run waiter installs its wait handle, then reads
+  // failed_; this path sets failed_, then scans the handles (Dekker).
+  failed_.store(true);
+  cancelled_.store(true, std::memory_order_relaxed);  // advisory for kernels
+  if (listener_ != nullptr) listener_->on_error();
 }
 
 Status RunState::status() {
@@ -56,13 +69,14 @@ void RunState::release_inputs(const NodeItem& item) {
 
 bool RunState::should_skip(const NodeItem& item) {
   if (cancelled_.load(std::memory_order_relaxed)) return true;  // relaxed: advisory skip
-  if (checks_ == 0) return false;
-  if ((checks_ & kCheckClosed) != 0 &&
+  const uint8_t checks = checks_.load(std::memory_order_relaxed);
+  if ((checks & ~kCheckTrace) == 0) return false;
+  if ((checks & kCheckClosed) != 0 &&
       control_.session_closed->load(std::memory_order_relaxed)) {  // relaxed: advisory
     record_error(cancelled("Session has been closed."));
     return true;
   }
-  if ((checks_ & kCheckDeadline) != 0 && std::chrono::steady_clock::now() > *control_.deadline) {
+  if ((checks & kCheckDeadline) != 0 && std::chrono::steady_clock::now() > *control_.deadline) {
     record_error(
         deadline_exceeded("the run's deadline expired before {} ran", item.node->describe()));
     return true;
@@ -126,7 +140,8 @@ void RunState::execute(int32_t i) noexcept {
   const NodeItem& item = plan_.nodes[static_cast<std::size_t>(i)];
   if (should_skip(item)) return;  // successors still fire, and skip in turn
   int64_t start_ns = 0;
-  if ((checks_ & kCheckTrace) != 0) {
+  const uint8_t checks = checks_.load(std::memory_order_relaxed);
+  if ((checks & kCheckTrace) != 0) {
     start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                    std::chrono::steady_clock::now() - control_.epoch)
                    .count();
@@ -138,7 +153,7 @@ void RunState::execute(int32_t i) noexcept {
       return;
     }
   }
-  if ((checks_ & kCheckTrace) != 0)
+  if ((checks & kCheckTrace) != 0)
     record_stats(item, stats_[static_cast<std::size_t>(i)], start_ns);
   if (item.input_end > item.input_begin) release_inputs(item);
 }
@@ -153,11 +168,30 @@ void RunState::finish() {
   for (Tensor& t : slots_) {
     if (t.is_initialized()) t = Tensor();
   }
+  listener_ = nullptr;
+  if (!stats_.empty()) {
+    // Tracing leaves per-node entries behind; the next step starts clean.
+    for (std::size_t i = 0; i < stats_.size(); ++i) {
+      stats_[i] = NodeExecStats{};
+      stat_state_[i].store(0, std::memory_order_relaxed);  // relaxed: the step is over
+    }
+  }
+  checks_.store(0, std::memory_order_relaxed);
 }
 
 void RunState::collect_stats(RunMetadata& metadata) const {
   for (const NodeExecStats& s : stats_) {
     if (!s.node.empty()) metadata.step_stats.push_back(s);
+  }
+}
+
+void RunState::collect_new_stats(RunMetadata& metadata) {
+  if (stat_state_ == nullptr) return;
+  for (std::size_t i = 0; i < stats_.size(); ++i) {
+    uint8_t expected = 1;  // acquire: pairs with the writer's release
+    if (stat_state_[i].compare_exchange_strong(expected, 2, std::memory_order_acquire)) {
+      metadata.step_stats.push_back(stats_[i]);
+    }
   }
 }
 

@@ -30,6 +30,17 @@ struct StepControl {
   std::chrono::steady_clock::time_point epoch;  // zero of trace times
 };
 
+// Told about a partial run's progress by node bodies (any thread).
+class StepListener {
+ public:
+  virtual ~StepListener() = default;
+  // Sink `k` fired: fetch k (k < number of fetches) or target k - fetches
+  // has its value / has run.
+  virtual void on_ready(int k) = 0;
+  // The step failed or was cancelled: wake every waiter.
+  virtual void on_error() = 0;
+};
+
 // Thread safety: thread-safe during a step. Each slot is written once by its
 // producer before the flow-graph edge releases its consumers (the
 // happens-before); reader counts and the cancel flag are atomics; the first
@@ -52,6 +63,25 @@ class RunState {
   // Step statistics of the nodes that ran (tracing only).
   void collect_stats(RunMetadata& metadata) const;
 
+  // Partial runs.
+  void set_listener(StepListener* listener) { listener_ = listener; }
+  void sink_fired(int k) {
+    if (listener_ != nullptr) listener_->on_ready(k);
+  }
+  // Places feed `f`'s value; publish it with the entry node's try_put.
+  void set_feed(int f, Tensor value) {
+    slots_[static_cast<std::size_t>(plan_.feed_slots[static_cast<std::size_t>(f)])] =
+        std::move(value);
+  }
+  const Tensor& fetch_value(int k) const {
+    return slots_[static_cast<std::size_t>(plan_.fetch_slots[static_cast<std::size_t>(k)])];
+  }
+  // Turns step statistics on or off for the nodes that start from now on.
+  void set_trace(bool on);
+  // Statistics of nodes finished since the last call (partial runs).
+  void collect_new_stats(RunMetadata& metadata);
+  bool failed() const { return failed_.load(); }
+
   const Plan& plan() const { return plan_; }
 
  private:
@@ -71,7 +101,12 @@ class RunState {
   const Plan& plan_;
   const KernelRuntime& runtime_;
   StepControl control_;
-  uint8_t checks_ = 0;  // kCheck* bits for this step, set in begin()
+  // kCheck* bits for this step, set in begin() (partial runs switch tracing
+  // while nodes run: relaxed, a node sees the old or the new value).
+  std::atomic<uint8_t> checks_{0};
+  StepListener* listener_ = nullptr;
+  // Per node: 1 once its statistics are written (release), 2 once reported.
+  std::unique_ptr<std::atomic<uint8_t>[]> stat_state_;
   std::vector<Tensor> slots_;
   std::unique_ptr<std::atomic<int32_t>[]> readers_;
   std::atomic<bool> cancelled_{false};

@@ -80,7 +80,8 @@ Graph Graph::clone() const {
   }
   copy.by_name_ = by_name_;
   copy.scope_ = scope_;
-  for (const Node* dep : control_scope_) copy.control_scope_.push_back(copy.nodes_[dep->id()].get());
+  for (const Node* dep : control_scope_)
+    copy.control_scope_.push_back(copy.nodes_[dep->id()].get());
   copy.seed_ = seed_;
   copy.op_seed_counter_ = op_seed_counter_;
   for (const auto& [key, list] : collections_) {
@@ -118,8 +119,8 @@ Result<Output> Graph::find_output(std::string_view name) const {
     if (n->num_outputs() == 0) {
       return invalid_argument("{} has no outputs; '{}' does not exist", n->describe(), name);
     }
-    return invalid_argument("{} has {} output(s); index {} in '{}' is out of range",
-                            n->describe(), n->num_outputs(), tn.index, name);
+    return invalid_argument("{} has {} output(s); index {} in '{}' is out of range", n->describe(),
+                            n->num_outputs(), tn.index, name);
   }
   return Output(n, tn.index);
 }
@@ -136,11 +137,13 @@ Status bind_type_attr(const OpDef& def, const std::string& attr, DType dtype, At
   }
   const DType* bound = std::get_if<DType>(&it->second);
   if (bound == nullptr) {
-    return invalid_argument("node '{}' ({}): attribute '{}' must be a type", node, def.name(), attr);
+    return invalid_argument("node '{}' ({}): attribute '{}' must be a type", node, def.name(),
+                            attr);
   }
   if (*bound != dtype) {
-    return invalid_argument("node '{}' ({}): input '{}' is {} but {} is {} (from an earlier input or attribute)",
-                            node, def.name(), arg, dtype_name(dtype), attr, dtype_name(*bound));
+    return invalid_argument(
+        "node '{}' ({}): input '{}' is {} but {} is {} (from an earlier input or attribute)", node,
+        def.name(), arg, dtype_name(dtype), attr, dtype_name(*bound));
   }
   return Status::ok();
 }
@@ -176,14 +179,16 @@ Result<Node*> Graph::add_node(NodeSpec spec) {
                                    spec.op, in.name()));
     }
     if (in.index() < 0 || in.index() >= in.node()->num_outputs()) {
-      return fail(invalid_argument("node '{}' ({}): input '{}' is out of range", name, spec.op,
-                                   in.name()));
+      return fail(
+          invalid_argument("node '{}' ({}): input '{}' is out of range", name, spec.op, in.name()));
     }
   }
   for (const Node* dep : spec.control_inputs) {
     if (dep == nullptr || &dep->graph() != this) {
-      return fail(invalid_argument("node '{}' ({}): a control input is invalid or belongs to "
-                                   "another graph", name, spec.op));
+      return fail(
+          invalid_argument("node '{}' ({}): a control input is invalid or belongs to "
+                           "another graph",
+                           name, spec.op));
     }
   }
   // Input count and dtypes.
@@ -221,7 +226,8 @@ Result<Node*> Graph::add_node(NodeSpec spec) {
     }
     if (std::find(ta.allowed.begin(), ta.allowed.end(), *d) == ta.allowed.end()) {
       std::string allowed;
-      for (DType a : ta.allowed) allowed += fmt::format("{}{}", allowed.empty() ? "" : ", ", dtype_name(a));
+      for (DType a : ta.allowed)
+        allowed += fmt::format("{}{}", allowed.empty() ? "" : ", ", dtype_name(a));
       return fail(invalid_argument("node '{}' ({}): {} is {}, which is not one of {{{}}}", name,
                                    spec.op, ta.name, dtype_name(*d), allowed));
     }
@@ -340,7 +346,8 @@ Graph::ScopeGuard Graph::control_dependencies(std::vector<const Node*> deps) {
 
 void Graph::add_to_collection(std::string_view key, const Node* node) {
   auto it = collections_.find(key);
-  if (it == collections_.end()) it = collections_.emplace(std::string(key), std::vector<const Node*>{}).first;
+  if (it == collections_.end())
+    it = collections_.emplace(std::string(key), std::vector<const Node*>{}).first;
   it->second.push_back(node);
 }
 

@@ -102,8 +102,9 @@ Result<Shape> broadcast_shapes(const Shape& a, const Shape& b) {
     } else if (da == db) {
       d = da;
     } else {
-      return invalid_argument("shapes {} and {} cannot be broadcast together (dimension {}: {} vs {})",
-                              a.to_string(), b.to_string(), i, da, db);
+      return invalid_argument(
+          "shapes {} and {} cannot be broadcast together (dimension {}: {} vs {})", a.to_string(),
+          b.to_string(), i, da, db);
     }
     out.set_dim(i, d);
   }
@@ -118,7 +119,8 @@ Result<Tensor*> OpKernelContext::allocate_output(int i, const Shape& shape) {
 }
 
 Result<Tensor*> OpKernelContext::allocate_output_uninitialized(int i, const Shape& shape) {
-  GRAPHRUN_ASSIGN_OR_RETURN(outputs_[i], Tensor::allocate_uninitialized(node_.output_dtype(i), shape));
+  GRAPHRUN_ASSIGN_OR_RETURN(outputs_[i],
+                            Tensor::allocate_uninitialized(node_.output_dtype(i), shape));
   return &outputs_[i];
 }
 
@@ -152,7 +154,8 @@ Status OpRegistry::add(OpDef def, KernelFactory factory) {
   for (const ArgDef& a : def.inputs()) {
     if (a.fixed == DType::kInvalid) {
       const auto& tas = def.type_attrs();
-      if (std::none_of(tas.begin(), tas.end(), [&](const auto& t) { return t.name == a.type_attr; })) {
+      if (std::none_of(tas.begin(), tas.end(),
+                       [&](const auto& t) { return t.name == a.type_attr; })) {
         return invalid_argument("op '{}': input '{}' uses undeclared type attribute '{}'",
                                 def.name(), a.name, a.type_attr);
       }
@@ -161,7 +164,8 @@ Status OpRegistry::add(OpDef def, KernelFactory factory) {
   for (const ArgDef& a : def.outputs()) {
     if (a.fixed == DType::kInvalid) {
       const auto& tas = def.type_attrs();
-      if (std::none_of(tas.begin(), tas.end(), [&](const auto& t) { return t.name == a.type_attr; })) {
+      if (std::none_of(tas.begin(), tas.end(),
+                       [&](const auto& t) { return t.name == a.type_attr; })) {
         return invalid_argument("op '{}': output '{}' uses undeclared type attribute '{}'",
                                 def.name(), a.name, a.type_attr);
       }
@@ -170,8 +174,8 @@ Status OpRegistry::add(OpDef def, KernelFactory factory) {
   std::unique_lock lock(mu_);
   if (ops_.contains(def.name())) return already_exists("op '{}' is already registered", def.name());
   std::string name = def.name();
-  ops_.emplace(std::move(name),
-               std::make_unique<OpRegistration>(OpRegistration{std::move(def), std::move(factory)}));
+  ops_.emplace(std::move(name), std::make_unique<OpRegistration>(
+                                    OpRegistration{std::move(def), std::move(factory)}));
   return Status::ok();
 }
 

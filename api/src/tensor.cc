@@ -49,8 +49,9 @@ Shape::Shape(std::initializer_list<int64_t> dims)
     : Shape(std::span<const int64_t>(dims.begin(), dims.size())) {}
 
 Shape::Shape(std::span<const int64_t> dims) {
-  GRAPHRUN_CHECK_MSG(dims.size() <= static_cast<std::size_t>(kMaxRank),
-                     fmt::format("rank {} exceeds graphrun's maximum of {}", dims.size(), kMaxRank));
+  GRAPHRUN_CHECK_MSG(
+      dims.size() <= static_cast<std::size_t>(kMaxRank),
+      fmt::format("rank {} exceeds graphrun's maximum of {}", dims.size(), kMaxRank));
   rank_ = static_cast<int>(dims.size());
   std::copy(dims.begin(), dims.end(), dims_.begin());
 }
@@ -132,17 +133,19 @@ struct alignas(64) TensorBuffer {
   std::byte* data() { return reinterpret_cast<std::byte*>(this + 1); }
 
   static TensorBuffer* create(std::size_t bytes, bool zero) {
-    void* mem = ::operator new(sizeof(TensorBuffer) + bytes, std::align_val_t{64});
+    void* mem = ::operator new (sizeof(TensorBuffer) + bytes, std::align_val_t{64});
     auto* b = new (mem) TensorBuffer;
     b->bytes = bytes;
     if (zero && bytes > 0) std::memset(b->data(), 0, bytes);
     return b;
   }
-  void ref() { refs.fetch_add(1, std::memory_order_relaxed); }  // relaxed: a new ref comes from an existing one
+  void ref() {
+    refs.fetch_add(1, std::memory_order_relaxed);
+  }  // relaxed: a new ref comes from an existing one
   void unref() {
     if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       this->~TensorBuffer();
-      ::operator delete(static_cast<void*>(this), std::align_val_t{64});
+      ::operator delete (static_cast<void*>(this), std::align_val_t{64});
     }
   }
 };
@@ -151,7 +154,8 @@ static_assert(sizeof(TensorBuffer) == 64);
 
 namespace {
 Result<std::size_t> checked_bytes(DType dtype, const Shape& shape) {
-  if (dtype == DType::kInvalid) return invalid_argument("cannot allocate a tensor of invalid dtype");
+  if (dtype == DType::kInvalid)
+    return invalid_argument("cannot allocate a tensor of invalid dtype");
   if (!shape.is_fully_defined()) {
     return invalid_argument("cannot allocate a tensor of shape {}: not fully defined",
                             shape.to_string());
@@ -274,9 +278,9 @@ const void* Tensor::raw_data() const { return buffer_ == nullptr ? nullptr : buf
 
 void Tensor::check_type(DType requested) const {
   if (requested != dtype_) {
-    internal::check_failed(__FILE__, __LINE__, "Tensor element type",
-                           fmt::format("accessed a {} tensor as {}", dtype_name(dtype_),
-                                       dtype_name(requested)));
+    internal::check_failed(
+        __FILE__, __LINE__, "Tensor element type",
+        fmt::format("accessed a {} tensor as {}", dtype_name(dtype_), dtype_name(requested)));
   }
 }
 

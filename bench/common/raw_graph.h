@@ -235,11 +235,11 @@ struct RawLayout {
   // Runs item i's kernel on `slots`; false when the kernel failed.
   bool execute(int32_t i, Tensor* slots, const KernelRuntime& runtime) const {
     const Item& item = items[static_cast<std::size_t>(i)];
-    OpKernelContext ctx(*item.node, slots,
-                        std::span<const int32_t>(input_slots.data() + item.input_begin,
-                                                 static_cast<std::size_t>(item.input_end -
-                                                                          item.input_begin)),
-                        slots + item.output_base, runtime, nullptr, 0);
+    OpKernelContext ctx(
+        *item.node, slots,
+        std::span<const int32_t>(input_slots.data() + item.input_begin,
+                                 static_cast<std::size_t>(item.input_end - item.input_begin)),
+        slots + item.output_base, runtime, nullptr, 0);
     return item.kernel->compute(ctx).is_ok();
   }
 };
@@ -342,14 +342,14 @@ class EmptyFlowGraph {
     const std::size_t n = successors.size();
     std::vector<int32_t> preds(n, 0);
     for (std::size_t i = 0; i < n; ++i) {
-      nodes_.emplace_back(graph_, [](const tbb::flow::continue_msg&) {
-        return tbb::flow::continue_msg();
-      });
+      nodes_.emplace_back(graph_,
+                          [](const tbb::flow::continue_msg&) { return tbb::flow::continue_msg(); });
       for (int32_t s : successors[i]) ++preds[static_cast<std::size_t>(s)];
     }
     for (std::size_t i = 0; i < n; ++i) {
       if (preds[i] == 0) roots_.push_back(&nodes_[i]);
-      for (int32_t s : successors[i]) tbb::flow::make_edge(nodes_[i], nodes_[static_cast<std::size_t>(s)]);
+      for (int32_t s : successors[i])
+        tbb::flow::make_edge(nodes_[i], nodes_[static_cast<std::size_t>(s)]);
     }
   }
   EmptyFlowGraph(const EmptyFlowGraph&) = delete;

@@ -58,18 +58,22 @@ struct MatMulGraph {
     for (int i = 0; i < kSide; ++i) a.push_back(random_matrix(rng));
     for (int i = 0; i < kSide; ++i) b.push_back(random_matrix(rng));
     std::vector<Output> ca, cb;
-    for (int i = 0; i < kSide; ++i) ca.push_back(ops::Const(g, a[static_cast<std::size_t>(i)], fmt::format("A{}", i)));
-    for (int i = 0; i < kSide; ++i) cb.push_back(ops::Const(g, b[static_cast<std::size_t>(i)], fmt::format("B{}", i)));
+    for (int i = 0; i < kSide; ++i)
+      ca.push_back(ops::Const(g, a[static_cast<std::size_t>(i)], fmt::format("A{}", i)));
+    for (int i = 0; i < kSide; ++i)
+      cb.push_back(ops::Const(g, b[static_cast<std::size_t>(i)], fmt::format("B{}", i)));
     std::vector<Output> level;
     for (int i = 0; i < kSide; ++i) {
       for (int j = 0; j < kSide; ++j) {
-        level.push_back(ops::MatMul(g, ca[static_cast<std::size_t>(i)], cb[static_cast<std::size_t>(j)], {},
+        level.push_back(ops::MatMul(g, ca[static_cast<std::size_t>(i)],
+                                    cb[static_cast<std::size_t>(j)], {},
                                     fmt::format("P{}_{}", i, j)));
       }
     }
     while (level.size() > 1) {
       std::vector<Output> next;
-      for (std::size_t k = 0; k + 1 < level.size(); k += 2) next.push_back(ops::Add(g, level[k], level[k + 1]));
+      for (std::size_t k = 0; k + 1 < level.size(); k += 2)
+        next.push_back(ops::Add(g, level[k], level[k + 1]));
       level = std::move(next);
     }
     sum = level[0];
@@ -98,7 +102,8 @@ Tensor sequential_sum(const MatMulGraph& mg, int64_t row_chunk = 0) {
       } else {
         for (int64_t r = 0; r < kDim; r += row_chunk) {
           const int64_t n = std::min(row_chunk, kDim - r);
-          matrix<float>(p).middleRows(r, n).noalias() = matrix<float>(a).middleRows(r, n) * matrix<float>(b);
+          matrix<float>(p).middleRows(r, n).noalias() =
+              matrix<float>(a).middleRows(r, n) * matrix<float>(b);
         }
       }
       level.push_back(std::move(p));
@@ -118,12 +123,14 @@ Tensor sequential_sum(const MatMulGraph& mg, int64_t row_chunk = 0) {
 
 void check_result(benchmark::State& state, const Tensor& t) {
   static const Tensor* expected = new Tensor(sequential_sum(matmul_graph()));
-  if (!t.is_initialized() || !t.all_close(*expected, 1e-3, 1e-3)) state.SkipWithError("wrong result");
+  if (!t.is_initialized() || !t.all_close(*expected, 1e-3, 1e-3))
+    state.SkipWithError("wrong result");
 }
 
 void set_counters(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * kProducts);  // MatMuls
-  state.counters["GFLOPS"] = benchmark::Counter(kFlopsPerRun * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOPS"] =
+      benchmark::Counter(kFlopsPerRun * 1e-9, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["nodes"] = static_cast<double>(matmul_graph().g.num_nodes());
 }
 
@@ -176,7 +183,10 @@ void BM_MatMul64_RawFlowGraphNoIntraOp(benchmark::State& state) {
   raw_flow_graph(state, serial_runtime());
 }
 BENCHMARK(BM_MatMul64_RawFlowGraph)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
-BENCHMARK(BM_MatMul64_RawFlowGraphNoIntraOp)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+BENCHMARK(BM_MatMul64_RawFlowGraphNoIntraOp)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(1.0);
 
 void BM_MatMul64_Sequential(benchmark::State& state) {
   const MatMulGraph& mg = matmul_graph();
@@ -208,7 +218,10 @@ void BM_MatMul64_SequentialRowChunks(benchmark::State& state) {
   state.counters["row_chunk"] = static_cast<double>(rows);
   set_counters(state);
 }
-BENCHMARK(BM_MatMul64_SequentialRowChunks)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
+BENCHMARK(BM_MatMul64_SequentialRowChunks)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(1.0);
 
 }  // namespace
 }  // namespace graphrun::bench

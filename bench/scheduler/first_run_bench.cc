@@ -59,8 +59,8 @@ struct LayeredGraph {
       for (int k = 0; k < kWidth; ++k) {
         int r = pick(rng);
         if (r >= k) ++r;  // another node than k
-        cur.push_back(ops::Add(g, prev[static_cast<std::size_t>(k)], prev[static_cast<std::size_t>(r)],
-                               fmt::format("l{}_{}", layer, k)));
+        cur.push_back(ops::Add(g, prev[static_cast<std::size_t>(k)],
+                               prev[static_cast<std::size_t>(r)], fmt::format("l{}_{}", layer, k)));
       }
       prev = std::move(cur);
     }

@@ -51,11 +51,14 @@ std::unique_ptr<NoOpGraph> make_wavefront(int rows, int cols) {
   std::vector<const Node*> grid(static_cast<std::size_t>(rows * cols));
   for (int i = 0; i < rows; ++i) {
     for (int j = 0; j < cols; ++j) {
-      const Node* node =
-          ops::NoOp(out->g, fmt::format("w{}_{}", i, j));
+      const Node* node = ops::NoOp(out->g, fmt::format("w{}_{}", i, j));
       Node* mut = out->g.mutable_node(node->id());
-      if (i > 0) check_ok(out->g.add_control_input(mut, grid[static_cast<std::size_t>((i - 1) * cols + j)]), "edge");
-      if (j > 0) check_ok(out->g.add_control_input(mut, grid[static_cast<std::size_t>(i * cols + j - 1)]), "edge");
+      if (i > 0)
+        check_ok(out->g.add_control_input(mut, grid[static_cast<std::size_t>((i - 1) * cols + j)]),
+                 "edge");
+      if (j > 0)
+        check_ok(out->g.add_control_input(mut, grid[static_cast<std::size_t>(i * cols + j - 1)]),
+                 "edge");
       grid[static_cast<std::size_t>(i * cols + j)] = node;
     }
   }
@@ -107,7 +110,8 @@ void run_callable(benchmark::State& state, Maker make) {
   set_counters(state, graph->nodes);
 }
 
-void run_raw(benchmark::State& state, Maker make, RawLayout::Order order = RawLayout::Order::kNodeId) {
+void run_raw(benchmark::State& state, Maker make,
+             RawLayout::Order order = RawLayout::Order::kNodeId) {
   auto graph = make();
   KernelTable kernels(graph->g);
   const std::array<const Node*, 1> targets{graph->last};

@@ -167,7 +167,12 @@ void BM_SmallGraph_RawFlowGraphFloat(benchmark::State& state) {
     inst = std::make_unique<Instance>();
     float* v = inst->v.data();
     enum { X, Y, A, B, C, D, E, F, G, H, I, J };
-    auto add = [&](auto fn) { return &inst->nodes.emplace_back(inst->graph, [v, fn](const continue_msg&) { fn(v); return continue_msg(); }); };
+    auto add = [&](auto fn) {
+      return &inst->nodes.emplace_back(inst->graph, [v, fn](const continue_msg&) {
+        fn(v);
+        return continue_msg();
+      });
+    };
     NodeT* a = add([](float* p) { p[A] = p[X] + p[Y]; });
     NodeT* b = add([](float* p) { p[B] = p[X] * p[Y]; });
     NodeT* c = add([](float* p) { p[C] = p[A] - p[B]; });
@@ -180,12 +185,16 @@ void BM_SmallGraph_RawFlowGraphFloat(benchmark::State& state) {
     NodeT* j = add([](float* p) { p[J] = p[I] + p[F]; });
     // Same registration order as the scheduler: per node, successors by id.
     using tbb::flow::make_edge;
-    make_edge(*a, *c); make_edge(*a, *d);
-    make_edge(*b, *c); make_edge(*b, *e);
-    make_edge(*c, *f); make_edge(*c, *g);
+    make_edge(*a, *c);
+    make_edge(*a, *d);
+    make_edge(*b, *c);
+    make_edge(*b, *e);
+    make_edge(*c, *f);
+    make_edge(*c, *g);
     make_edge(*d, *f);
     make_edge(*e, *g);
-    make_edge(*f, *h); make_edge(*f, *j);
+    make_edge(*f, *h);
+    make_edge(*f, *j);
     make_edge(*g, *h);
     make_edge(*h, *i);
     make_edge(*i, *j);

@@ -19,7 +19,8 @@ class TimesTwoOp final : public OpKernel {
     auto in = x.flat<float>();
     auto out = y->flat<float>();
     ctx.parallel_for(static_cast<int64_t>(in.size()), 4096, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) out[static_cast<std::size_t>(i)] = 2 * in[static_cast<std::size_t>(i)];
+      for (int64_t i = b; i < e; ++i)
+        out[static_cast<std::size_t>(i)] = 2 * in[static_cast<std::size_t>(i)];
     });
     return Status::ok();
   }

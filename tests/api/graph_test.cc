@@ -126,9 +126,9 @@ TEST(OpRegistryTest, CustomOpsAreCheckedAndRegisteredOnce) {
   auto factory = [](OpKernelConstruction&) -> Result<std::unique_ptr<OpKernel>> {
     return unimplemented("not needed");
   };
-  EXPECT_TRUE(r.add(OpDef("Mine").input("x", "T").output("y", "T").type_attr("T", float_dtypes()),
-                    factory)
-                  .is_ok());
+  EXPECT_TRUE(
+      r.add(OpDef("Mine").input("x", "T").output("y", "T").type_attr("T", float_dtypes()), factory)
+          .is_ok());
   EXPECT_THAT(r.add(OpDef("Mine"), factory), StatusIs(StatusCode::kAlreadyExists, "Mine"));
   EXPECT_THAT(r.add(OpDef("Broken").input("x", "U"), factory),
               StatusIs(StatusCode::kInvalidArgument, "undeclared type attribute 'U'"));
@@ -141,8 +141,8 @@ TEST(OpRegistryTest, TypeAttrsAreInferredAndRestricted) {
   auto factory = [](OpKernelConstruction&) -> Result<std::unique_ptr<OpKernel>> {
     return unimplemented("not needed");
   };
-  ASSERT_TRUE(r.add(OpDef("Src").output("y", "dtype").type_attr("dtype", all_dtypes()), factory)
-                  .is_ok());
+  ASSERT_TRUE(
+      r.add(OpDef("Src").output("y", "dtype").type_attr("dtype", all_dtypes()), factory).is_ok());
   ASSERT_TRUE(r.add(OpDef("FloatOnly")
                         .input("x", "T")
                         .output("y", "T")

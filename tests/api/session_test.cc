@@ -36,8 +36,9 @@ TEST(SessionTest, ReadmeExample) {
   Output y = ops::Relu(g, ops::MatMul(g, x, w), "y");
   ASSERT_TRUE(g.status().is_ok()) << g.status().to_string();
   auto s = make_session(g);
-  EXPECT_THAT(s->run({{x, Tensor::matrix<float>({{1, 0}, {0, -1}})}}, {y}),
-              IsOkAndHolds(::testing::ElementsAre(TensorEq(Tensor::matrix<float>({{1, 2}, {0, 0}})))));
+  EXPECT_THAT(
+      s->run({{x, Tensor::matrix<float>({{1, 0}, {0, -1}})}}, {y}),
+      IsOkAndHolds(::testing::ElementsAre(TensorEq(Tensor::matrix<float>({{1, 2}, {0, 0}})))));
 }
 
 TEST(SessionTest, AnyTensorMayBeFedAndItsProducerIsSkipped) {
@@ -105,19 +106,26 @@ TEST(SessionTest, ErrorsNameTheCulprit) {
   auto s = make_session(g);
   EXPECT_THAT(s->run({}, {"missing:0"}), StatusIs(StatusCode::kNotFound, "missing"));
   EXPECT_THAT(s->run({}, {"y:1"}), StatusIs(StatusCode::kInvalidArgument, "y:1"));
-  EXPECT_THAT(s->run({{x, Tensor::filled<float>(Shape{1, 3}, 1)}, {"x:0", Tensor::filled<float>(Shape{1, 3}, 1)}}, {y}),
+  EXPECT_THAT(s->run({{x, Tensor::filled<float>(Shape{1, 3}, 1)},
+                      {"x:0", Tensor::filled<float>(Shape{1, 3}, 1)}},
+                     {y}),
               StatusIs(StatusCode::kInvalidArgument, "'x:0' is fed more than once"));
   EXPECT_THAT(s->run({}, {}), StatusIs(StatusCode::kInvalidArgument,
                                        "Must specify at least one target to fetch or execute."));
-  EXPECT_THAT(s->run({}, {y}),
+  EXPECT_THAT(
+      s->run({}, {y}),
+      StatusIs(
+          StatusCode::kInvalidArgument,
+          "You must feed a value for placeholder tensor 'x' with dtype float32 and shape [?,3]"));
+  EXPECT_THAT(
+      s->run({{x, Tensor::filled<double>(Shape{1, 3}, 1)}}, {y}),
+      StatusIs(StatusCode::kInvalidArgument, "feed 'x:0' expects float32[?,3], got float64[1,3]"));
+  EXPECT_THAT(
+      s->run({{x, Tensor::filled<float>(Shape{1, 4}, 1)}}, {y}),
+      StatusIs(StatusCode::kInvalidArgument, "feed 'x:0' expects float32[?,3], got float32[1,4]"));
+  EXPECT_THAT(s->run({}, {"noop"}),
               StatusIs(StatusCode::kInvalidArgument,
-                       "You must feed a value for placeholder tensor 'x' with dtype float32 and shape [?,3]"));
-  EXPECT_THAT(s->run({{x, Tensor::filled<double>(Shape{1, 3}, 1)}}, {y}),
-              StatusIs(StatusCode::kInvalidArgument, "feed 'x:0' expects float32[?,3], got float64[1,3]"));
-  EXPECT_THAT(s->run({{x, Tensor::filled<float>(Shape{1, 4}, 1)}}, {y}),
-              StatusIs(StatusCode::kInvalidArgument, "feed 'x:0' expects float32[?,3], got float32[1,4]"));
-  EXPECT_THAT(s->run({}, {"noop"}), StatusIs(StatusCode::kInvalidArgument,
-                                             "Tried to fetch data for 'noop', which produces no output"));
+                       "Tried to fetch data for 'noop', which produces no output"));
   EXPECT_THAT(s->run({}, {}, {"nowhere"}), StatusIs(StatusCode::kNotFound, "nowhere"));
   (void)noop;
 }
@@ -128,14 +136,17 @@ TEST(SessionTest, KernelFailureNamesNodeOpAndShapes) {
   Output b = ops::Placeholder(g, DType::kFloat32, Shape::unknown(), "b");
   Output mm = ops::MatMul(g, a, b, {}, "mm1");
   auto s = make_session(g);
-  auto r = s->run({{a, Tensor::filled<float>(Shape{2, 3}, 1)}, {b, Tensor::filled<float>(Shape{4, 5}, 1)}},
-                  {mm});
+  auto r = s->run(
+      {{a, Tensor::filled<float>(Shape{2, 3}, 1)}, {b, Tensor::filled<float>(Shape{4, 5}, 1)}},
+      {mm});
   EXPECT_THAT(r, StatusIs(StatusCode::kInvalidArgument, "node 'mm1' (MatMul)"));
   EXPECT_THAT(r, StatusIs(StatusCode::kInvalidArgument, "float32[2,3], float32[4,5]"));
   // The session stays usable.
-  EXPECT_THAT(s->run({{a, Tensor::filled<float>(Shape{1, 1}, 2)}, {b, Tensor::filled<float>(Shape{1, 1}, 3)}},
-                     {mm}),
-              IsOkAndHolds(::testing::ElementsAre(TensorEq(Tensor::filled<float>(Shape{1, 1}, 6)))));
+  EXPECT_THAT(
+      s->run(
+          {{a, Tensor::filled<float>(Shape{1, 1}, 2)}, {b, Tensor::filled<float>(Shape{1, 1}, 3)}},
+          {mm}),
+      IsOkAndHolds(::testing::ElementsAre(TensorEq(Tensor::filled<float>(Shape{1, 1}, 6)))));
 }
 
 TEST(SessionTest, UninitializedVariableIsNamed) {
@@ -192,11 +203,14 @@ TEST(SessionTest, IteratorAdvancesOncePerRun) {
   EXPECT_THAT(s->run({}, {it.next, twice}),
               IsOkAndHolds(::testing::ElementsAre(TensorEq(Tensor(int64_t{0})),
                                                   TensorEq(Tensor(int64_t{0})))));
-  EXPECT_THAT(s->run({}, {it.next}), IsOkAndHolds(::testing::ElementsAre(TensorEq(Tensor(int64_t{1})))));
-  EXPECT_THAT(s->run({}, {it.next}), IsOkAndHolds(::testing::ElementsAre(TensorEq(Tensor(int64_t{2})))));
+  EXPECT_THAT(s->run({}, {it.next}),
+              IsOkAndHolds(::testing::ElementsAre(TensorEq(Tensor(int64_t{1})))));
+  EXPECT_THAT(s->run({}, {it.next}),
+              IsOkAndHolds(::testing::ElementsAre(TensorEq(Tensor(int64_t{2})))));
   EXPECT_THAT(s->run({}, {it.next}), StatusIs(StatusCode::kOutOfRange, "it"));
   ASSERT_THAT(s->run({}, {}, {it.initializer}), IsOk());
-  EXPECT_THAT(s->run({}, {it.next}), IsOkAndHolds(::testing::ElementsAre(TensorEq(Tensor(int64_t{0})))));
+  EXPECT_THAT(s->run({}, {it.next}),
+              IsOkAndHolds(::testing::ElementsAre(TensorEq(Tensor(int64_t{0})))));
 }
 
 TEST(SessionTest, ControlDependenciesOrderAReadAfterAWrite) {

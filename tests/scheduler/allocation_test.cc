@@ -15,9 +15,11 @@ std::atomic<bool> g_counting{false};
 std::atomic<int64_t> g_allocations{0};
 
 void* counted_alloc(std::size_t n, std::size_t align) {
-  if (g_counting.load(std::memory_order_relaxed)) g_allocations.fetch_add(1, std::memory_order_relaxed);
-  void* p = align <= alignof(std::max_align_t) ? std::malloc(n == 0 ? 1 : n)
-                                               : std::aligned_alloc(align, (n + align - 1) / align * align);
+  if (g_counting.load(std::memory_order_relaxed))
+    g_allocations.fetch_add(1, std::memory_order_relaxed);
+  void* p = align <= alignof(std::max_align_t)
+                ? std::malloc(n == 0 ? 1 : n)
+                : std::aligned_alloc(align, (n + align - 1) / align * align);
   if (p == nullptr) throw std::bad_alloc();
   return p;
 }
@@ -25,8 +27,12 @@ void* counted_alloc(std::size_t n, std::size_t align) {
 
 void* operator new(std::size_t n) { return counted_alloc(n, alignof(std::max_align_t)); }
 void* operator new[](std::size_t n) { return counted_alloc(n, alignof(std::max_align_t)); }
-void* operator new(std::size_t n, std::align_val_t a) { return counted_alloc(n, static_cast<std::size_t>(a)); }
-void* operator new[](std::size_t n, std::align_val_t a) { return counted_alloc(n, static_cast<std::size_t>(a)); }
+void* operator new(std::size_t n, std::align_val_t a) {
+  return counted_alloc(n, static_cast<std::size_t>(a));
+}
+void* operator new[](std::size_t n, std::align_val_t a) {
+  return counted_alloc(n, static_cast<std::size_t>(a));
+}
 void operator delete(void* p) noexcept { std::free(p); }
 void operator delete[](void* p) noexcept { std::free(p); }
 void operator delete(void* p, std::size_t) noexcept { std::free(p); }
@@ -72,9 +78,9 @@ TEST(AllocationTest, PreparedRunOfBufferSharingOpsAllocatesNothing) {
 TEST(AllocationTest, PreparedRunAllocatesOnlyKernelOutputs) {
   Graph g;
   Output x = ops::Placeholder(g, DType::kFloat32, Shape{8}, "x");
-  Output a = ops::Add(g, x, x);   // one new tensor
-  Output b = ops::Mul(g, a, x);   // one new tensor
-  Output c = ops::Neg(g, b);      // one new tensor
+  Output a = ops::Add(g, x, x);  // one new tensor
+  Output b = ops::Mul(g, a, x);  // one new tensor
+  Output c = ops::Neg(g, b);     // one new tensor
   auto s = testing::make_session(g);
   auto callable = s->make_callable({x}, {c});
   ASSERT_TRUE(callable.is_ok()) << callable.status().to_string();

@@ -63,10 +63,11 @@ TEST_F(SessionRunTest, UnfedPlaceholderNamesItWithDtypeAndShape) {
   Output p = placeholder(g_, Shape{2, -1}, "input");
   Output x = sum2(g_, p, p, "x");
   auto s = make_session(g_);
-  EXPECT_THAT(s->run({}, {x}),
-              StatusIs(StatusCode::kInvalidArgument,
-                       "You must feed a value for placeholder tensor 'input' with dtype float32 and "
-                       "shape [2,?]"));
+  EXPECT_THAT(
+      s->run({}, {x}),
+      StatusIs(StatusCode::kInvalidArgument,
+               "You must feed a value for placeholder tensor 'input' with dtype float32 and "
+               "shape [2,?]"));
   auto ok = s->run({{p, Tensor::matrix<float>({{1, 2}, {3, 4}})}}, {x});
   ASSERT_THAT(ok, IsOk());
   EXPECT_THAT((*ok)[0], TensorEq(Tensor::matrix<float>({{2, 4}, {6, 8}})));
@@ -78,8 +79,9 @@ TEST_F(SessionRunTest, FeedOfWrongDtypeOrShapeNamesTheTensor) {
   auto s = make_session(g_);
   EXPECT_THAT(s->run({{p, Tensor(1)}}, {x}),
               StatusIs(StatusCode::kInvalidArgument, "feed 'p:0' expects float32[2], got int32[]"));
-  EXPECT_THAT(s->run({{p, Tensor{1.0f, 2.0f, 3.0f}}}, {x}),
-              StatusIs(StatusCode::kInvalidArgument, "feed 'p:0' expects float32[2], got float32[3]"));
+  EXPECT_THAT(
+      s->run({{p, Tensor{1.0f, 2.0f, 3.0f}}}, {x}),
+      StatusIs(StatusCode::kInvalidArgument, "feed 'p:0' expects float32[2], got float32[3]"));
 }
 
 TEST_F(SessionRunTest, NameErrors) {
@@ -103,8 +105,8 @@ TEST_F(SessionRunTest, KernelErrorNamesNodeOpAndShapes) {
   Output f = fail(g_, a, "bad");
   Output after = sum2(g_, f, f, "after");
   auto s = make_session(g_);
-  EXPECT_THAT(s->run({}, {after}),
-              StatusIs(StatusCode::kInvalidArgument, "node 'bad' (Fail): boom (inputs: float32[])"));
+  EXPECT_THAT(s->run({}, {after}), StatusIs(StatusCode::kInvalidArgument,
+                                            "node 'bad' (Fail): boom (inputs: float32[])"));
   EXPECT_EQ(counter_.count("after"), 0) << "successors of a failed node are skipped";
   // The session stays usable and the pooled instance is clean.
   auto ok = s->run({}, {a});

@@ -67,8 +67,10 @@ Output add1(Graph& g, NodeSpec spec) {
 std::unique_ptr<OpRegistry> make_test_registry(ExecCounter* counter) {
   auto r = std::make_unique<OpRegistry>();
   auto must = [](Status s) { GRAPHRUN_CHECK_MSG(s.is_ok(), s.to_string()); };
-  must(r->add(OpDef("Value").output("y", DType::kFloat32).required_attr("value", Tensor()).shape_fn(
-                  shape_fns::scalar),
+  must(r->add(OpDef("Value")
+                  .output("y", DType::kFloat32)
+                  .required_attr("value", Tensor())
+                  .shape_fn(shape_fns::scalar),
               [](OpKernelConstruction& c) -> Result<std::unique_ptr<OpKernel>> {
                 GRAPHRUN_ASSIGN_OR_RETURN(Tensor v, c.attr<Tensor>("value"));
                 return std::unique_ptr<OpKernel>(new ValueOp(v));
@@ -110,12 +112,17 @@ Output source(Graph& g, std::string_view name) {
   return add1(g, NodeSpec{"Source", std::string(name), {}, {}, {}, nullptr});
 }
 const Node* sink(Graph& g, std::vector<Output> inputs, std::string_view name) {
-  Result<Node*> n = g.add_node(NodeSpec{"Sink", std::string(name), std::move(inputs), {}, {}, nullptr});
+  Result<Node*> n =
+      g.add_node(NodeSpec{"Sink", std::string(name), std::move(inputs), {}, {}, nullptr});
   return n.is_ok() ? *n : nullptr;
 }
 Output placeholder(Graph& g, Shape shape, std::string_view name) {
-  return add1(g, NodeSpec{"Placeholder", std::string(name), {}, {},
-                          {{"dtype", DType::kFloat32}, {"shape", shape}}, nullptr});
+  return add1(g, NodeSpec{"Placeholder",
+                          std::string(name),
+                          {},
+                          {},
+                          {{"dtype", DType::kFloat32}, {"shape", shape}},
+                          nullptr});
 }
 
 }  // namespace graphrun::testing

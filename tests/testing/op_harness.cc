@@ -12,8 +12,7 @@ std::unique_ptr<Session> make_session(const Graph& g, SessionOptions options) {
 }
 
 Result<std::vector<Tensor>> run_all(const Graph& g, const std::vector<TensorRef>& fetches,
-                                    const FeedList& feeds,
-                                    const std::vector<TargetRef>& targets) {
+                                    const FeedList& feeds, const std::vector<TargetRef>& targets) {
   GRAPHRUN_ASSIGN_OR_RETURN(std::unique_ptr<Session> session, Session::create(g));
   return session->run(feeds, fetches, targets);
 }

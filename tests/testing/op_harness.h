@@ -7,8 +7,8 @@
 #pragma once
 
 #include <gmock/gmock.h>
-#include <gtest/gtest.h>
 #include <graphrun/graphrun.h>
+#include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
@@ -42,8 +42,8 @@ MATCHER(IsOk, "is OK") {
 
 // EXPECT_THAT(status_or_result, StatusIs(StatusCode::kInvalidArgument, "fed twice"))
 MATCHER_P2(StatusIs, code, substring,
-           std::string("has code ") + std::string(status_code_name(code)) + " and a message containing \"" +
-               std::string(substring) + "\"") {
+           std::string("has code ") + std::string(status_code_name(code)) +
+               " and a message containing \"" + std::string(substring) + "\"") {
   const Status s = ::graphrun::testing::to_status(arg);
   *result_listener << "status is " << s.to_string();
   return s.code() == code && s.message().find(substring) != std::string::npos;

@@ -3,6 +3,7 @@
 // cheap second stage (a head that reduces to a score). Runs it, prints what
 // it computed, how many times each stage's nodes executed (from step
 // statistics), and how long each run took.
+#include <fmt/format.h>
 #include <graphrun/graphrun.h>
 
 #include <chrono>
@@ -40,17 +41,17 @@ Model build(Graph& g) {
     auto scope = g.name_scope("stage1");
     Output h = m.x;
     for (int i = 0; i < kLayers; ++i) {
-      Output w = ops::Variable(g, ops::RandomNormal(g, Shape{kWidth, kWidth}, DType::kFloat32, 0.0,
-                                                    0.06),
-                               "w" + std::to_string(i));
+      const std::string name = fmt::format("w{}", i);
+      Output w = ops::Variable(
+          g, ops::RandomNormal(g, Shape{kWidth, kWidth}, DType::kFloat32, 0.0, 0.06), name);
       h = ops::Relu(g, ops::MatMul(g, h, w));
     }
     m.hidden = ops::Identity(g, h, "hidden");
   }
   {
     auto scope = g.name_scope("stage2");
-    Output w = ops::Variable(g, ops::RandomNormal(g, Shape{kWidth, 1}, DType::kFloat32, 0.0, 0.06),
-                             "w");
+    Output w =
+        ops::Variable(g, ops::RandomNormal(g, Shape{kWidth, 1}, DType::kFloat32, 0.0, 0.06), "w");
     Output logits = ops::MatMul(g, m.hidden, w);
     m.score = ops::Mean(g, ops::Sigmoid(g, logits), {0, 1}, false, "score");
   }
@@ -93,8 +94,9 @@ int main() {
   RunOptions traced;
   traced.trace = true;
 
-  std::printf("graphrun demo: %d dense layers of %lldx%lld (stage 1) feeding a sigmoid head (stage 2)\n",
-              kLayers, static_cast<long long>(kWidth), static_cast<long long>(kWidth));
+  std::printf(
+      "graphrun demo: %d dense layers of %lldx%lld (stage 1) feeding a sigmoid head (stage 2)\n",
+      kLayers, static_cast<long long>(kWidth), static_cast<long long>(kWidth));
   std::printf("graph: %d nodes\n\n", g.num_nodes());
 
   // One run fetching both stages: each stage executes once.
@@ -102,7 +104,8 @@ int main() {
     RunMetadata md;
     const auto t0 = std::chrono::steady_clock::now();
     auto out = session.run({{m.x, batch}}, fetches, {}, traced, &md);
-    const auto us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    const auto us =
+        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     if (!out.is_ok()) {
       std::fprintf(stderr, "run failed: %s\n", out.status().to_string().c_str());
       std::exit(1);

@@ -29,8 +29,8 @@ using MatrixMap = Eigen::Map<RowMajorMatrix<T>, kEigenAlignment>;
 template <typename T>
 using ConstMatrixMap = Eigen::Map<const RowMajorMatrix<T>, kEigenAlignment>;
 template <typename T, int Rank>
-using TensorView = Eigen::TensorMap<Eigen::Tensor<T, Rank, Eigen::RowMajor, Eigen::DenseIndex>,
-                                    Eigen::Aligned>;
+using TensorView =
+    Eigen::TensorMap<Eigen::Tensor<T, Rank, Eigen::RowMajor, Eigen::DenseIndex>, Eigen::Aligned>;
 template <typename T, int Rank>
 using ConstTensorView =
     Eigen::TensorMap<Eigen::Tensor<const T, Rank, Eigen::RowMajor, Eigen::DenseIndex>,

@@ -239,10 +239,10 @@ class Graph {
 // graph or a "node:index" string.
 class TensorRef {
  public:
-  TensorRef(const Output& o) : output_(o) {}                  // NOLINT(google-explicit-constructor)
-  TensorRef(std::string_view name) : name_(name) {}           // NOLINT
-  TensorRef(const char* name) : name_(name) {}                // NOLINT
-  TensorRef(const std::string& name) : name_(name) {}         // NOLINT
+  TensorRef(const Output& o) : output_(o) {}           // NOLINT(google-explicit-constructor)
+  TensorRef(std::string_view name) : name_(name) {}    // NOLINT
+  TensorRef(const char* name) : name_(name) {}         // NOLINT
+  TensorRef(const std::string& name) : name_(name) {}  // NOLINT
   bool is_output() const { return output_.is_valid(); }
   const Output& output() const { return output_; }
   const std::string& name() const { return name_; }
@@ -257,11 +257,11 @@ class TensorRef {
 // How run() names a target: a node, any of its Outputs, or its name.
 class TargetRef {
  public:
-  TargetRef(const Node* node) : node_(node) {}                          // NOLINT
-  TargetRef(const Output& o) : node_(o.node()) {}                       // NOLINT
-  TargetRef(std::string_view name) : name_(name) {}                     // NOLINT
-  TargetRef(const char* name) : name_(name) {}                          // NOLINT
-  TargetRef(const std::string& name) : name_(name) {}                   // NOLINT
+  TargetRef(const Node* node) : node_(node) {}         // NOLINT
+  TargetRef(const Output& o) : node_(o.node()) {}      // NOLINT
+  TargetRef(std::string_view name) : name_(name) {}    // NOLINT
+  TargetRef(const char* name) : name_(name) {}         // NOLINT
+  TargetRef(const std::string& name) : name_(name) {}  // NOLINT
   const Node* node() const { return node_; }
   const std::string& name() const { return name_; }
   std::string to_string() const;

@@ -54,9 +54,8 @@ class FunctionRef;
 template <typename R, typename... Args>
 class FunctionRef<R(Args...)> {
  public:
-  template <typename F,
-            typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, FunctionRef> &&
-                                        std::is_invocable_r_v<R, F&, Args...>>>
+  template <typename F, typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, FunctionRef> &&
+                                                    std::is_invocable_r_v<R, F&, Args...>>>
   FunctionRef(F&& f)  // NOLINT(google-explicit-constructor)
       : obj_(const_cast<void*>(static_cast<const void*>(&f))),
         call_([](void* o, Args... args) -> R {
@@ -283,8 +282,8 @@ struct KernelRuntime {
 class OpKernelContext {
  public:
   OpKernelContext(const Node& node, const Tensor* slots, std::span<const int32_t> input_slots,
-                  Tensor* outputs, const KernelRuntime& runtime,
-                  const std::atomic<bool>* cancelled, int64_t step_id)
+                  Tensor* outputs, const KernelRuntime& runtime, const std::atomic<bool>* cancelled,
+                  int64_t step_id)
       : node_(node),
         slots_(slots),
         input_slots_(input_slots),

@@ -34,6 +34,7 @@ namespace graphrun {
 namespace sched {
 class SessionImpl;
 class CallableImpl;
+class PartialRun;
 }  // namespace sched
 
 struct SessionOptions {
@@ -42,6 +43,12 @@ struct SessionOptions {
   // Distinct (feeds, fetches, targets) signatures whose compiled plans are
   // kept; the least recently used is dropped past this.
   std::size_t plan_cache_capacity = 128;
+  // Partial runs open at once; partial_run_setup past this returns
+  // ResourceExhausted.
+  std::size_t max_open_partial_runs = 1024;
+  // A partial run with no call for this long is cancelled (its handle then
+  // reports Cancelled). Unset: never.
+  std::optional<std::chrono::milliseconds> partial_run_idle_timeout;
 };
 
 struct RunOptions {
@@ -57,7 +64,7 @@ struct NodeExecStats {
   std::string op;
   int64_t start_ns = 0;  // steady clock, since the session's epoch
   int64_t end_ns = 0;
-  int thread = 0;        // oneTBB arena slot of the executing thread
+  int thread = 0;  // oneTBB arena slot of the executing thread
   std::vector<Shape> output_shapes;
   int64_t output_bytes = 0;
 };
@@ -96,6 +103,34 @@ class Callable {
   std::unique_ptr<sched::CallableImpl> impl_;
 };
 
+// One partial run: a single execution of the graph spread over several
+// partial_run() calls. Movable, not copyable. Destroying a handle whose run
+// is not complete cancels the run and frees everything it holds.
+// Thread safety: calls on one handle are serialized: a call made while
+// another is in progress on the same handle fails with FailedPrecondition.
+// The session must outlive its handles (a handle outliving its session is
+// inert: every call returns Cancelled).
+class PartialRunHandle {
+ public:
+  PartialRunHandle() = default;
+  PartialRunHandle(PartialRunHandle&&) noexcept;
+  PartialRunHandle& operator=(PartialRunHandle&&) noexcept;
+  ~PartialRunHandle();
+
+  // A printable, unguessable id ("pr-<32 hex digits>").
+  const std::string& id() const;
+  bool is_valid() const { return run_ != nullptr; }
+  // True once every declared fetch was fetched and every target ran, or the
+  // run ended in error or was cancelled.
+  bool is_done() const;
+
+ private:
+  friend class Session;
+  friend class sched::SessionImpl;
+  explicit PartialRunHandle(std::shared_ptr<sched::PartialRun> run);
+  std::shared_ptr<sched::PartialRun> run_;
+};
+
 class Session {
  public:
   // Copies `graph`; fails if graph.status() is not OK.
@@ -108,16 +143,43 @@ class Session {
   // repeated). At least one fetch or target is required.
   Result<std::vector<Tensor>> run(const FeedList& feeds, const std::vector<TensorRef>& fetches,
                                   const std::vector<TargetRef>& targets = {},
-                                  const RunOptions& options = {},
-                                  RunMetadata* metadata = nullptr);
+                                  const RunOptions& options = {}, RunMetadata* metadata = nullptr);
 
   // Compiles the signature once for repeated runs.
   Result<Callable> make_callable(const std::vector<TensorRef>& feeds,
                                  const std::vector<TensorRef>& fetches,
                                  const std::vector<TargetRef>& targets = {});
 
-  // Cancels runs in flight (they return Cancelled); later calls return
-  // Cancelled "Session has been closed.". Idempotent.
+  // Starts a partial run: declares everything the run may fetch, feed and
+  // run as a target, compiles the pruned graph, starts every node that
+  // needs no declared feed, and returns without waiting for them. A declared
+  // fetch or target that needs an undeclared, unfed placeholder is an error
+  // here, never a hang.
+  Result<PartialRunHandle> partial_run_setup(const std::vector<TensorRef>& fetches,
+                                             const std::vector<TensorRef>& feeds,
+                                             const std::vector<TargetRef>& targets = {},
+                                             const RunOptions& options = {});
+  // Continues the run: feeds some of the declared feeds, returns the
+  // requested fetches (declared, not yet fetched) in order as soon as they
+  // are ready, and waits for the listed targets (declared) to have run. Every
+  // node runs at most once per partial run; values computed by an earlier
+  // call are returned without recomputation. The run completes (and frees
+  // its resources) when every declared fetch was fetched and every target
+  // ran. A kernel error or a deadline ends the run; misuse errors (unknown,
+  // already fed or fetched, not yet computable) leave it usable.
+  Result<std::vector<Tensor>> partial_run(PartialRunHandle& handle, const FeedList& feeds,
+                                          const std::vector<TensorRef>& fetches,
+                                          const std::vector<TargetRef>& targets = {},
+                                          const RunOptions& options = {},
+                                          RunMetadata* metadata = nullptr);
+  // Cancels an open partial run (later calls return Cancelled). OK if it was
+  // already done.
+  Status cancel_partial_run(PartialRunHandle& handle);
+  // Partial runs currently open.
+  std::size_t num_open_partial_runs() const;
+
+  // Cancels runs and partial runs in flight (they return Cancelled); later
+  // calls return Cancelled "Session has been closed.". Idempotent.
   Status close();
 
   // The session's copy of the graph.

@@ -81,12 +81,12 @@ namespace internal {
 
 // Aborts with file and line when an internal invariant is broken. Never used
 // for conditions that bad user input can reach.
-#define GRAPHRUN_CHECK(cond)                                                      \
-  do {                                                                            \
+#define GRAPHRUN_CHECK(cond)                                                        \
+  do {                                                                              \
     if (!(cond)) ::graphrun::internal::check_failed(__FILE__, __LINE__, #cond, {}); \
   } while (0)
-#define GRAPHRUN_CHECK_MSG(cond, msg)                                                \
-  do {                                                                               \
+#define GRAPHRUN_CHECK_MSG(cond, msg)                                                  \
+  do {                                                                                 \
     if (!(cond)) ::graphrun::internal::check_failed(__FILE__, __LINE__, #cond, (msg)); \
   } while (0)
 #ifdef NDEBUG
@@ -99,9 +99,9 @@ namespace internal {
 
 // Factories with fmt-checked format strings:
 //   return invalid_argument("feed '{}' fed twice", name);
-#define GRAPHRUN_STATUS_FACTORY(fn, code)                                         \
-  template <typename... Args>                                                     \
-  Status fn(fmt::format_string<Args...> format, Args&&... args) {                 \
+#define GRAPHRUN_STATUS_FACTORY(fn, code)                                              \
+  template <typename... Args>                                                          \
+  Status fn(fmt::format_string<Args...> format, Args&&... args) {                      \
     return Status(StatusCode::code, fmt::format(format, std::forward<Args>(args)...)); \
   }
 GRAPHRUN_STATUS_FACTORY(cancelled, kCancelled)
@@ -126,13 +126,14 @@ class [[nodiscard]] Result {
   static_assert(!std::is_same_v<std::decay_t<T>, Status>, "Result<Status> makes no sense");
 
  public:
-  Result(const T& value) : rep_(std::in_place_index<1>, value) {}  // NOLINT(google-explicit-constructor)
+  Result(const T& value)
+      : rep_(std::in_place_index<1>, value) {}  // NOLINT(google-explicit-constructor)
   Result(T&& value) : rep_(std::in_place_index<1>, std::move(value)) {}  // NOLINT
   template <typename U, typename = std::enable_if_t<std::is_constructible_v<T, U&&> &&
                                                     !std::is_same_v<std::decay_t<U>, Status> &&
                                                     !std::is_same_v<std::decay_t<U>, Result>>>
   Result(U&& value) : rep_(std::in_place_index<1>, std::forward<U>(value)) {}  // NOLINT
-  Result(Status status) : rep_(std::in_place_index<0>, std::move(status)) {  // NOLINT
+  Result(Status status) : rep_(std::in_place_index<0>, std::move(status)) {    // NOLINT
     GRAPHRUN_CHECK_MSG(!std::get<0>(rep_).is_ok(), "Result constructed from an OK Status");
   }
 
@@ -169,10 +170,10 @@ class [[nodiscard]] Result {
 #define GRAPHRUN_CONCAT(a, b) GRAPHRUN_CONCAT_INNER(a, b)
 
 // Returns from the enclosing function when `expr` (a Status) is not OK.
-#define GRAPHRUN_RETURN_IF_ERROR(expr)                               \
-  do {                                                               \
-    ::graphrun::Status graphrun_status_ = (expr);                    \
-    if (!graphrun_status_.is_ok()) return graphrun_status_;          \
+#define GRAPHRUN_RETURN_IF_ERROR(expr)                      \
+  do {                                                      \
+    ::graphrun::Status graphrun_status_ = (expr);           \
+    if (!graphrun_status_.is_ok()) return graphrun_status_; \
   } while (0)
 
 // `lhs = value of expr` (a Result), or returns its Status.

@@ -49,12 +49,18 @@ DType dtype_from_name(std::string_view name);
 
 template <typename T>
 constexpr DType dtype_of() {
-  if constexpr (std::is_same_v<T, float>) return DType::kFloat32;
-  else if constexpr (std::is_same_v<T, double>) return DType::kFloat64;
-  else if constexpr (std::is_same_v<T, int32_t>) return DType::kInt32;
-  else if constexpr (std::is_same_v<T, int64_t>) return DType::kInt64;
-  else if constexpr (std::is_same_v<T, bool>) return DType::kBool;
-  else static_assert(sizeof(T) == 0, "graphrun: unsupported element type");
+  if constexpr (std::is_same_v<T, float>)
+    return DType::kFloat32;
+  else if constexpr (std::is_same_v<T, double>)
+    return DType::kFloat64;
+  else if constexpr (std::is_same_v<T, int32_t>)
+    return DType::kInt32;
+  else if constexpr (std::is_same_v<T, int64_t>)
+    return DType::kInt64;
+  else if constexpr (std::is_same_v<T, bool>)
+    return DType::kBool;
+  else
+    static_assert(sizeof(T) == 0, "graphrun: unsupported element type");
 }
 
 // Calls fn(T{}) with T the C++ type of `dtype` (float, double, int32_t,
@@ -80,8 +86,8 @@ class Shape {
   static constexpr int kMaxRank = 8;
   static constexpr int64_t kUnknownDim = -1;
 
-  Shape() = default;  // a scalar: rank 0, one element
-  Shape(std::initializer_list<int64_t> dims);  // aborts past kMaxRank
+  Shape() = default;                              // a scalar: rank 0, one element
+  Shape(std::initializer_list<int64_t> dims);     // aborts past kMaxRank
   explicit Shape(std::span<const int64_t> dims);  // aborts past kMaxRank
 
   // Validating constructor for untrusted input: rank <= kMaxRank, every
@@ -186,7 +192,9 @@ class Tensor {
   DType dtype() const { return dtype_; }
   const Shape& shape() const { return shape_; }
   int64_t num_elements() const { return num_elements_; }
-  std::size_t byte_size() const { return static_cast<std::size_t>(num_elements_) * dtype_size(dtype_); }
+  std::size_t byte_size() const {
+    return static_cast<std::size_t>(num_elements_) * dtype_size(dtype_);
+  }
 
   void* raw_data();
   const void* raw_data() const;

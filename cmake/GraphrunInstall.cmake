@@ -1,0 +1,48 @@
+# Install rules and the package config: find_package(graphrun) then link
+# graphrun::graphrun (or graphrun::api / graphrun::ops / graphrun::scheduler).
+# Included by the top-level CMakeLists.txt when GRAPHRUN_INSTALL is ON.
+#
+# The libraries are static, so their private dependencies (TBB, Threads) are
+# exported as link-only and the config looks them up too. graphrun_warnings
+# is linked as $<BUILD_INTERFACE:...> and so stays out of the export.
+
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(GRAPHRUN_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/graphrun"
+    CACHE STRING "Where graphrunConfig.cmake is installed (relative to the prefix)")
+mark_as_advanced(GRAPHRUN_INSTALL_CMAKEDIR)
+
+install(TARGETS graphrun graphrun_api graphrun_ops graphrun_scheduler
+  EXPORT graphrunTargets
+  ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT graphrun_development
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT graphrun_runtime
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR} COMPONENT graphrun_runtime
+  INCLUDES DESTINATION ${CMAKE_INSTALL_INCLUDEDIR})
+
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/api/include/graphrun
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+  COMPONENT graphrun_development
+  FILES_MATCHING PATTERN "*.h")
+
+install(EXPORT graphrunTargets
+  NAMESPACE graphrun::
+  FILE graphrunTargets.cmake
+  DESTINATION ${GRAPHRUN_INSTALL_CMAKEDIR}
+  COMPONENT graphrun_development)
+
+configure_package_config_file(
+  ${PROJECT_SOURCE_DIR}/cmake/graphrunConfig.cmake.in
+  ${PROJECT_BINARY_DIR}/graphrunConfig.cmake
+  INSTALL_DESTINATION ${GRAPHRUN_INSTALL_CMAKEDIR})
+# 0.x: only the same minor version is compatible.
+write_basic_package_version_file(
+  ${PROJECT_BINARY_DIR}/graphrunConfigVersion.cmake
+  VERSION ${PROJECT_VERSION}
+  COMPATIBILITY SameMinorVersion)
+
+install(FILES
+  ${PROJECT_BINARY_DIR}/graphrunConfig.cmake
+  ${PROJECT_BINARY_DIR}/graphrunConfigVersion.cmake
+  DESTINATION ${GRAPHRUN_INSTALL_CMAKEDIR}
+  COMPONENT graphrun_development)
