@@ -1,5 +1,9 @@
 #include "scheduler/executor.h"
 
+#include <random>
+
+#include "scheduler/partial_run.h"
+
 #include <oneapi/tbb/info.h>
 #include <oneapi/tbb/parallel_for.h>
 
@@ -37,6 +41,8 @@ SessionImpl::SessionImpl(Graph graph, SessionOptions options)
 
 SessionImpl::~SessionImpl() {
   closed_.store(true);
+  // Open partial runs end now; their handles become inert.
+  for (const std::shared_ptr<PartialRun>& run : open_partial_runs()) run->detach();
   // Flow graphs are destroyed inside the arena they belong to.
   std::vector<std::shared_ptr<PlanEntry>> entries = cache_.take_all();
   arena_.execute([&] { entries.clear(); });
@@ -49,7 +55,112 @@ Status SessionImpl::check_open() const {
 
 Status SessionImpl::close() {
   closed_.store(true, std::memory_order_release);
+  for (const std::shared_ptr<PartialRun>& run : open_partial_runs()) {
+    run->cancel(cancelled("Session has been closed."));
+  }
   return Status::ok();
+}
+
+// ---- partial runs ----
+
+std::vector<std::shared_ptr<PartialRun>> SessionImpl::open_partial_runs() const {
+  std::lock_guard lock(runs_mu_);
+  std::vector<std::shared_ptr<PartialRun>> runs;
+  runs.reserve(open_runs_.size());
+  for (const auto& [id, run] : open_runs_) runs.push_back(run);
+  return runs;
+}
+
+std::size_t SessionImpl::num_open_partial_runs() const {
+  std::lock_guard lock(runs_mu_);
+  return open_runs_.size();
+}
+
+void SessionImpl::unregister_partial_run(const std::string& id) {
+  std::shared_ptr<PartialRun> last_ref;  // released outside the lock
+  std::lock_guard lock(runs_mu_);
+  auto it = open_runs_.find(id);
+  if (it != open_runs_.end()) {
+    last_ref = std::move(it->second);
+    open_runs_.erase(it);
+  }
+}
+
+std::string SessionImpl::new_partial_run_id() {
+  // 128 bits from the OS: ids are unguessable (the service hands them out).
+  std::random_device rd;
+  uint64_t hi = (uint64_t{rd()} << 32) | rd();
+  uint64_t lo = (uint64_t{rd()} << 32) | rd();
+  return fmt::format("pr-{:016x}{:016x}", hi, lo);
+}
+
+Result<PartialRunHandle> SessionImpl::partial_run_setup(const std::vector<TensorRef>& fetches,
+                                                        const std::vector<TensorRef>& feeds,
+                                                        const std::vector<TargetRef>& targets,
+                                                        const RunOptions& options) {
+  GRAPHRUN_RETURN_IF_ERROR(check_open());
+  GRAPHRUN_ASSIGN_OR_RETURN(Signature sig, resolve(feeds, fetches, targets));
+  // A partial run declares each fetch and target once.
+  std::vector<Output> unique_fetches;
+  for (const Output& o : sig.fetches) {
+    if (std::find(unique_fetches.begin(), unique_fetches.end(), o) == unique_fetches.end()) {
+      unique_fetches.push_back(o);
+    }
+  }
+  sig.fetches = std::move(unique_fetches);
+  std::sort(sig.targets.begin(), sig.targets.end());
+  sig.targets.erase(std::unique(sig.targets.begin(), sig.targets.end()), sig.targets.end());
+  sig.partial = true;
+  GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<PlanEntry> entry, plan_for(sig));
+
+  auto run = std::make_shared<PartialRun>(this, entry, std::move(sig), new_partial_run_id());
+  {
+    std::lock_guard lock(runs_mu_);
+    if (open_runs_.size() >= options_.max_open_partial_runs) {
+      return resource_exhausted(
+          "too many open partial runs ({}, SessionOptions::max_open_partial_runs)",
+          open_runs_.size());
+    }
+    open_runs_.emplace(run->id(), run);
+  }
+  StepControl control;
+  control.step_id =
+      next_step_id_.fetch_add(1, std::memory_order_relaxed);  // relaxed: unique ids only
+  control.session_closed = &closed_;
+  control.trace = options.trace;
+  control.epoch = epoch_;
+  arena_.execute([&] { run->start(control); });
+  if (options_.partial_run_idle_timeout) schedule_idle_sweep();
+  return PartialRunHandle(std::move(run));
+}
+
+void SessionImpl::schedule_idle_sweep() {
+  {
+    std::lock_guard lock(runs_mu_);
+    if (idle_sweep_scheduled_) return;
+    idle_sweep_scheduled_ = true;
+  }
+  const auto period =
+      std::max(std::chrono::milliseconds(1), *options_.partial_run_idle_timeout / 4);
+  timer_.schedule(std::chrono::steady_clock::now() + period, [this] { sweep_idle_partial_runs(); });
+}
+
+void SessionImpl::sweep_idle_partial_runs() {
+  const auto timeout = *options_.partial_run_idle_timeout;
+  const auto now = std::chrono::steady_clock::now();
+  for (const std::shared_ptr<PartialRun>& run : open_partial_runs()) {
+    if (now - run->last_used() > timeout) {
+      run->cancel(cancelled("partial run {} was idle for more than {} ms and was cancelled",
+                            run->id(), timeout.count()));
+    }
+  }
+  bool again = false;
+  {
+    std::lock_guard lock(runs_mu_);
+    idle_sweep_scheduled_ = false;
+    again = !open_runs_.empty() && !closed_.load();
+  }
+  if (again) schedule_idle_sweep();
 }
 
 Result<OpKernel*> SessionImpl::kernel_for(const Node& node) {
@@ -178,6 +289,7 @@ std::string signature_key(const Signature& sig) {
   append_int(key, static_cast<int32_t>(sig.feeds.size()));
   append_int(key, static_cast<int32_t>(sig.fetches.size()));
   append_int(key, static_cast<int32_t>(sig.targets.size()));
+  key += sig.partial ? 'P' : 'R';  // partial runs compile differently
   for (const auto* list : {&sig.feeds, &sig.fetches}) {
     for (const Output& o : *list) {
       append_int(key, o.node()->id());

@@ -14,12 +14,16 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "scheduler/plan.h"
 #include "scheduler/plan_cache.h"
+#include "scheduler/timer.h"
 
 namespace graphrun::sched {
+
+class PartialRun;
 
 // Thread safety: thread-safe. Kernels are created once per node under
 // kernels_mu_ and shared by every plan of the session.
@@ -36,6 +40,14 @@ class SessionImpl {
                                  const std::vector<TargetRef>& targets);
   Status close();
 
+  // Partial runs (scheduler/partial_run.{h,cc}).
+  Result<PartialRunHandle> partial_run_setup(const std::vector<TensorRef>& fetches,
+                                             const std::vector<TensorRef>& feeds,
+                                             const std::vector<TargetRef>& targets,
+                                             const RunOptions& options);
+  std::size_t num_open_partial_runs() const;
+  void unregister_partial_run(const std::string& id);
+
   // One step of `entry` with positional feeds; fetches written to `out`.
   Status execute(PlanEntry& entry, std::span<const Tensor> feeds, std::span<Tensor> out,
                  const RunOptions& options, RunMetadata* metadata);
@@ -46,9 +58,17 @@ class SessionImpl {
   std::size_t num_cached_plans() const { return cache_.size(); }
   Status check_open() const;
 
- private:
   Result<Output> resolve_tensor(const TensorRef& ref) const;
   Result<const Node*> resolve_target(const TargetRef& ref) const;
+  tbb::task_arena& arena() { return arena_; }
+  const KernelRuntime& runtime() const { return runtime_; }
+  Timer& timer() { return timer_; }
+
+ private:
+  std::string new_partial_run_id();
+  void schedule_idle_sweep();
+  void sweep_idle_partial_runs();
+  std::vector<std::shared_ptr<PartialRun>> open_partial_runs() const;
   Result<Signature> resolve(const std::vector<TensorRef>& feeds,
                             const std::vector<TensorRef>& fetches,
                             const std::vector<TargetRef>& targets) const;
@@ -74,6 +94,13 @@ class SessionImpl {
   std::atomic<bool> closed_{false};
   std::atomic<int64_t> next_step_id_{1};
   std::chrono::steady_clock::time_point epoch_;
+
+  mutable std::mutex runs_mu_;
+  std::unordered_map<std::string, std::shared_ptr<PartialRun>> open_runs_;  // guarded by runs_mu_
+  bool idle_sweep_scheduled_ = false;                                       // guarded by runs_mu_
+  // Last member: destroyed (its thread joined) before anything its
+  // callbacks touch.
+  Timer timer_;
 };
 
 // A Callable's state: the session and a pinned plan.

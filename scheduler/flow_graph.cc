@@ -4,11 +4,18 @@ namespace graphrun::sched {
 
 using tbb::flow::continue_msg;
 
+namespace {
+std::atomic<int64_t> g_live_instances{0};  // relaxed: a statistic for tests
+}  // namespace
+
+int64_t FlowInstance::live_count() { return g_live_instances.load(std::memory_order_relaxed); }
+
 FlowInstance::FlowInstance(const Plan& plan, const KernelRuntime& runtime) : state_(plan, runtime) {
+  g_live_instances.fetch_add(1, std::memory_order_relaxed);
   const std::size_t n = plan.nodes.size();
+  RunState* state = &state_;
   for (std::size_t i = 0; i < n; ++i) {
     const auto index = static_cast<int32_t>(i);
-    RunState* state = &state_;
     nodes_.emplace_back(graph_, [state, index](const continue_msg&) {
       state->execute(index);
       return continue_msg();
@@ -16,20 +23,65 @@ FlowInstance::FlowInstance(const Plan& plan, const KernelRuntime& runtime) : sta
   }
   for (std::size_t i = 0; i < n; ++i) {
     const NodeItem& item = plan.nodes[i];
-    if (item.num_preds == 0) roots_.push_back(&nodes_[i]);
+    const bool reads_feed = plan.partial && plan.node_feed_inputs[i] > 0;
+    if (item.num_preds == 0 && !reads_feed) roots_.push_back(&nodes_[i]);
     for (int32_t k = item.succ_begin; k < item.succ_end; ++k) {
       tbb::flow::make_edge(
           nodes_[i],
           nodes_[static_cast<std::size_t>(plan.successors[static_cast<std::size_t>(k)])]);
     }
   }
+  if (!plan.partial) return;
+  // A partial run's feeds arrive later: each has an entry node whose put
+  // releases the feed's readers.
+  for (const std::vector<int32_t>& readers : plan.feed_readers) {
+    Entry& entry = entries_.emplace_back(graph_);
+    for (int32_t reader : readers)
+      tbb::flow::make_edge(entry, nodes_[static_cast<std::size_t>(reader)]);
+  }
+  // Sinks signal a fetch's value or a target's completion. Registered after
+  // every other edge, each is its producer's last successor, so the
+  // producer's task bypasses into the sink and a helping waiter returns
+  // right after it, while the producer's other successors wait in the task
+  // pool (reference/onetbb-mechanics.md §2.1).
+  auto add_sink = [&](int k, auto& producer) {
+    Node& sink = sinks_.emplace_back(graph_, [state, k](const continue_msg&) {
+      state->sink_fired(k);
+      return continue_msg();
+    });
+    tbb::flow::make_edge(producer, sink);
+  };
+  for (std::size_t k = 0; k < plan.fetch_producers.size(); ++k) {
+    const int32_t p = plan.fetch_producers[k];
+    if (p >= 0) {
+      add_sink(static_cast<int>(k), nodes_[static_cast<std::size_t>(p)]);
+    } else {
+      add_sink(static_cast<int>(k), entries_[static_cast<std::size_t>(plan.fetch_feeds[k])]);
+    }
+  }
+  const auto n_fetches = static_cast<int>(plan.fetch_producers.size());
+  for (std::size_t t = 0; t < plan.target_nodes.size(); ++t) {
+    add_sink(n_fetches + static_cast<int>(t),
+             nodes_[static_cast<std::size_t>(plan.target_nodes[t])]);
+  }
 }
 
-FlowInstance::~FlowInstance() { graph_.wait_for_all(); }
+FlowInstance::~FlowInstance() {
+  graph_.wait_for_all();
+  g_live_instances.fetch_sub(1, std::memory_order_relaxed);
+}
 
 void FlowInstance::run() {
   for (Node* root : roots_) root->try_put(continue_msg());
   graph_.wait_for_all();
+}
+
+void FlowInstance::start_roots() {
+  for (Node* root : roots_) root->try_put(continue_msg());
+}
+
+void FlowInstance::put_feed(int f) {
+  entries_[static_cast<std::size_t>(f)].try_put(continue_msg());
 }
 
 std::unique_ptr<FlowInstance> InstancePool::take() {

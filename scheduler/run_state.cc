@@ -35,7 +35,8 @@ void RunState::set_trace(bool on) {
     stat_state_.reset(new std::atomic<uint8_t>[plan_.nodes.size()]());
   }
   if (on) {
-    checks_.fetch_or(kCheckTrace, std::memory_order_relaxed);  // relaxed: see the member comment
+    traced_ = true;
+    checks_.fetch_or(kCheckTrace, std::memory_order_release);  // publishes stats_
   } else {
     checks_.fetch_and(static_cast<uint8_t>(~kCheckTrace), std::memory_order_relaxed);
   }
@@ -140,7 +141,7 @@ void RunState::execute(int32_t i) noexcept {
   const NodeItem& item = plan_.nodes[static_cast<std::size_t>(i)];
   if (should_skip(item)) return;  // successors still fire, and skip in turn
   int64_t start_ns = 0;
-  const uint8_t checks = checks_.load(std::memory_order_relaxed);
+  const uint8_t checks = checks_.load(std::memory_order_acquire);  // pairs with set_trace
   if ((checks & kCheckTrace) != 0) {
     start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                    std::chrono::steady_clock::now() - control_.epoch)
@@ -153,8 +154,11 @@ void RunState::execute(int32_t i) noexcept {
       return;
     }
   }
-  if ((checks & kCheckTrace) != 0)
+  if ((checks & kCheckTrace) != 0) {
     record_stats(item, stats_[static_cast<std::size_t>(i)], start_ns);
+    // Publishes stats_[i] to collect_new_stats (partial runs).
+    stat_state_[static_cast<std::size_t>(i)].store(1, std::memory_order_release);
+  }
   if (item.input_end > item.input_begin) release_inputs(item);
 }
 
@@ -169,7 +173,8 @@ void RunState::finish() {
     if (t.is_initialized()) t = Tensor();
   }
   listener_ = nullptr;
-  if (!stats_.empty()) {
+  if (traced_) {
+    traced_ = false;
     // Tracing leaves per-node entries behind; the next step starts clean.
     for (std::size_t i = 0; i < stats_.size(); ++i) {
       stats_[i] = NodeExecStats{};

@@ -105,6 +105,7 @@ class RunState {
   // while nodes run: relaxed, a node sees the old or the new value).
   std::atomic<uint8_t> checks_{0};
   StepListener* listener_ = nullptr;
+  bool traced_ = false;  // stats_ holds entries of this step
   // Per node: 1 once its statistics are written (release), 2 once reported.
   std::unique_ptr<std::atomic<uint8_t>[]> stat_state_;
   std::vector<Tensor> slots_;

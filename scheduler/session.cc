@@ -3,6 +3,7 @@
 #include <graphrun/session.h>
 
 #include "scheduler/executor.h"
+#include "scheduler/partial_run.h"
 
 namespace graphrun {
 
@@ -35,6 +36,51 @@ Result<Callable> Session::make_callable(const std::vector<TensorRef>& feeds,
 }
 
 Status Session::close() { return impl_->close(); }
+
+Result<PartialRunHandle> Session::partial_run_setup(const std::vector<TensorRef>& fetches,
+                                                    const std::vector<TensorRef>& feeds,
+                                                    const std::vector<TargetRef>& targets,
+                                                    const RunOptions& options) {
+  return impl_->partial_run_setup(fetches, feeds, targets, options);
+}
+
+Result<std::vector<Tensor>> Session::partial_run(PartialRunHandle& handle, const FeedList& feeds,
+                                                 const std::vector<TensorRef>& fetches,
+                                                 const std::vector<TargetRef>& targets,
+                                                 const RunOptions& options, RunMetadata* metadata) {
+  if (!handle.is_valid()) {
+    return invalid_argument("Must run 'setup' before performing partial runs! (empty handle)");
+  }
+  return handle.run_->call(feeds, fetches, targets, options, metadata);
+}
+
+Status Session::cancel_partial_run(PartialRunHandle& handle) {
+  if (!handle.is_valid()) return invalid_argument("cancel_partial_run: empty handle");
+  handle.run_->cancel(cancelled("partial run {} was cancelled", handle.id()));
+  return Status::ok();
+}
+
+std::size_t Session::num_open_partial_runs() const { return impl_->num_open_partial_runs(); }
+
+PartialRunHandle::PartialRunHandle(std::shared_ptr<sched::PartialRun> run) : run_(std::move(run)) {}
+PartialRunHandle::PartialRunHandle(PartialRunHandle&& other) noexcept = default;
+PartialRunHandle& PartialRunHandle::operator=(PartialRunHandle&& other) noexcept {
+  if (this != &other) {
+    if (run_ != nullptr) run_->cancel(cancelled("partial run {} was abandoned", run_->id()));
+    run_ = std::move(other.run_);
+  }
+  return *this;
+}
+PartialRunHandle::~PartialRunHandle() {
+  if (run_ != nullptr && !run_->is_done()) {
+    run_->cancel(cancelled("partial run {} was abandoned", run_->id()));
+  }
+}
+const std::string& PartialRunHandle::id() const {
+  static const std::string kEmpty;
+  return run_ != nullptr ? run_->id() : kEmpty;
+}
+bool PartialRunHandle::is_done() const { return run_ == nullptr || run_->is_done(); }
 const Graph& Session::graph() const { return impl_->graph(); }
 std::size_t Session::num_cached_plans() const { return impl_->num_cached_plans(); }
 

@@ -1,0 +1,325 @@
+#include "scheduler/partial_run.h"
+
+#include <algorithm>
+
+#include "scheduler/executor.h"
+
+namespace graphrun::sched {
+
+namespace {
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+}  // namespace
+
+PartialRun::PartialRun(SessionImpl* session, std::shared_ptr<PlanEntry> entry, Signature signature,
+                       std::string id)
+    : session_(session),
+      entry_(std::move(entry)),
+      plan_(*entry_->plan),
+      signature_(std::move(signature)),
+      id_(std::move(id)),
+      fed_(signature_.feeds.size(), 0),
+      fetched_(signature_.fetches.size(), 0),
+      ready_(new std::atomic<int>[signature_.fetches.size() + signature_.targets.size()]()),
+      waiters_(signature_.fetches.size() + signature_.targets.size()) {
+  touch();
+}
+
+PartialRun::~PartialRun() {
+  // The handle and the session registry are gone: the run ended or was
+  // detached; nothing may wait on the group any more.
+  GRAPHRUN_DCHECK(instance_ == nullptr);
+}
+
+void PartialRun::touch() { last_used_ns_.store(now_ns(), std::memory_order_relaxed); }
+
+std::chrono::steady_clock::time_point PartialRun::last_used() const {
+  return std::chrono::steady_clock::time_point(
+      std::chrono::nanoseconds(last_used_ns_.load(std::memory_order_relaxed)));
+}
+
+void PartialRun::start(const StepControl& control) {
+  std::unique_ptr<FlowInstance> inst = entry_->pool.take();
+  if (inst == nullptr) inst = std::make_unique<FlowInstance>(plan_, session_->runtime());
+  {
+    std::lock_guard lock(instance_mu_);
+    instance_ = std::move(inst);
+  }
+  RunState& state = instance_->state();
+  state.begin(control, {});
+  state.set_listener(this);
+  instance_->start_roots();
+}
+
+// ---- waiters: one atomic per fetch/target decides who releases its handle ----
+
+void PartialRun::on_ready(int k) {
+  if (ready_[k].exchange(2) == 1) release_waiter(k);
+}
+
+void PartialRun::on_error() {
+  const std::size_t n = signature_.fetches.size() + signature_.targets.size();
+  for (std::size_t k = 0; k < n; ++k) {
+    int expected = 1;
+    if (ready_[k].compare_exchange_strong(expected, 0)) release_waiter(static_cast<int>(k));
+  }
+}
+
+void PartialRun::release_waiter(int k) {
+  // Destroying a deferred, never-run task handle releases the group's wait.
+  waiters_[static_cast<std::size_t>(k)] = tbb::task_handle{};
+}
+
+void PartialRun::install_waiter(int k) {
+  if (ready_[k].load() == 2) return;
+  waiters_[static_cast<std::size_t>(k)] = group_->defer([] {});
+  int expected = 0;
+  if (!ready_[k].compare_exchange_strong(expected, 1)) {
+    // Became ready meanwhile: nobody else will release this handle.
+    waiters_[static_cast<std::size_t>(k)] = tbb::task_handle{};
+  }
+}
+
+// ---- calls ----
+
+Status PartialRun::check_usable() const {
+  if (!ended_.load(std::memory_order_acquire)) return Status::ok();
+  return end_status_.is_ok() ? invalid_argument("partial run {} is complete", id_) : end_status_;
+}
+
+Result<std::vector<Tensor>> PartialRun::call(const FeedList& feeds,
+                                             const std::vector<TensorRef>& fetches,
+                                             const std::vector<TargetRef>& targets,
+                                             const RunOptions& options, RunMetadata* metadata) {
+  std::unique_lock call_lock(call_mu_, std::try_to_lock);
+  if (!call_lock.owns_lock()) {
+    return failed_precondition("partial run {} is in use by another call", id_);
+  }
+  touch();
+  // Whatever happens below, a run cancelled while this call held the lock is
+  // ended before the lock goes.
+  struct EndIfCancelled {
+    PartialRun* run;
+    ~EndIfCancelled() {
+      if (!run->ended_.load() && run->instance_ != nullptr && run->instance_->state().failed()) {
+        run->end(run->instance_->state().status());
+      }
+    }
+  } end_if_cancelled{this};
+  GRAPHRUN_RETURN_IF_ERROR(check_usable());
+  SessionImpl* session = nullptr;
+  {
+    std::lock_guard lock(session_mu_);
+    session = session_;
+  }
+  if (session == nullptr) return cancelled("partial run {}: the session was destroyed", id_);
+  GRAPHRUN_RETURN_IF_ERROR(session->check_open());
+  RunState& state = instance_->state();
+  if (state.failed()) return state.status();
+
+  // Resolve and check everything before touching the step: misuse leaves the
+  // run as it was.
+  const std::size_t n_fetches = signature_.fetches.size();
+  std::vector<int> feed_ids;
+  feed_ids.reserve(feeds.size());
+  for (const Feed& f : feeds) {
+    GRAPHRUN_ASSIGN_OR_RETURN(Output o, session->resolve_tensor(f.tensor));
+    auto it = std::find(signature_.feeds.begin(), signature_.feeds.end(), o);
+    if (it == signature_.feeds.end()) {
+      return invalid_argument("The feed '{}' was not specified in partial_run_setup.", o.name());
+    }
+    const auto id = static_cast<int>(it - signature_.feeds.begin());
+    if (fed_[static_cast<std::size_t>(id)] != 0 ||
+        std::find(feed_ids.begin(), feed_ids.end(), id) != feed_ids.end()) {
+      return invalid_argument("The feed '{}' has already been fed.", o.name());
+    }
+    feed_ids.push_back(id);
+  }
+  std::vector<int> fetch_ids;
+  fetch_ids.reserve(fetches.size());
+  for (const TensorRef& f : fetches) {
+    GRAPHRUN_ASSIGN_OR_RETURN(Output o, session->resolve_tensor(f));
+    auto it = std::find(signature_.fetches.begin(), signature_.fetches.end(), o);
+    if (it == signature_.fetches.end()) {
+      return invalid_argument("The fetch '{}' was not specified in partial_run_setup.", o.name());
+    }
+    const auto id = static_cast<int>(it - signature_.fetches.begin());
+    if (fetched_[static_cast<std::size_t>(id)] != 0) {
+      return invalid_argument("The fetch '{}' has already been fetched.", o.name());
+    }
+    fetch_ids.push_back(id);
+  }
+  std::vector<int> target_ids;
+  for (const TargetRef& t : targets) {
+    GRAPHRUN_ASSIGN_OR_RETURN(const Node* n, session->resolve_target(t));
+    auto it = std::find(signature_.targets.begin(), signature_.targets.end(), n);
+    if (it == signature_.targets.end()) {
+      return invalid_argument("The target '{}' was not specified in partial_run_setup.", n->name());
+    }
+    target_ids.push_back(static_cast<int>(it - signature_.targets.begin()));
+  }
+  auto will_be_fed = [&](int f) {
+    return fed_[static_cast<std::size_t>(f)] != 0 ||
+           std::find(feed_ids.begin(), feed_ids.end(), f) != feed_ids.end();
+  };
+  auto check_computable = [&](const std::vector<int32_t>& needs,
+                              const std::string& what) -> Status {
+    std::string missing;
+    for (int32_t f : needs) {
+      if (!will_be_fed(f)) {
+        missing += fmt::format("{}'{}'", missing.empty() ? "" : ", ",
+                               plan_.feed_names[static_cast<std::size_t>(f)]);
+      }
+    }
+    if (missing.empty()) return Status::ok();
+    return invalid_argument(
+        "{} can't be computed from the feeds that have been fed so far: {} still missing", what,
+        missing);
+  };
+  for (int k : fetch_ids) {
+    GRAPHRUN_RETURN_IF_ERROR(check_computable(
+        plan_.fetch_needs[static_cast<std::size_t>(k)],
+        fmt::format("Fetch '{}'", signature_.fetches[static_cast<std::size_t>(k)].name())));
+  }
+  for (int t : target_ids) {
+    GRAPHRUN_RETURN_IF_ERROR(check_computable(
+        plan_.target_needs[static_cast<std::size_t>(t)],
+        fmt::format("Target '{}'", signature_.targets[static_cast<std::size_t>(t)]->name())));
+  }
+  for (std::size_t i = 0; i < feeds.size(); ++i) {
+    const auto f = static_cast<std::size_t>(feed_ids[i]);
+    const Tensor& v = feeds[i].value;
+    if (!v.is_initialized()) {
+      return invalid_argument("feed '{}': the value is an empty (uninitialized) tensor",
+                              plan_.feed_names[f]);
+    }
+    if (v.dtype() != plan_.feed_dtypes[f] || !v.shape().is_compatible_with(plan_.feed_shapes[f])) {
+      return invalid_argument("feed '{}' expects {}{}, got {}", plan_.feed_names[f],
+                              dtype_name(plan_.feed_dtypes[f]), plan_.feed_shapes[f].to_string(),
+                              v.debug_type());
+    }
+  }
+
+  // What this call waits for: its fetches and targets; once every fetch is
+  // out, also every declared target, so that the run completes.
+  std::vector<int> awaited;
+  for (int k : fetch_ids) awaited.push_back(k);
+  for (int t : target_ids) awaited.push_back(static_cast<int>(n_fetches) + t);
+  bool last_fetches = true;
+  for (std::size_t k = 0; k < n_fetches; ++k) {
+    if (fetched_[k] == 0 &&
+        std::find(fetch_ids.begin(), fetch_ids.end(), static_cast<int>(k)) == fetch_ids.end()) {
+      last_fetches = false;
+    }
+  }
+  if (last_fetches) {
+    for (std::size_t t = 0; t < signature_.targets.size(); ++t)
+      awaited.push_back(static_cast<int>(n_fetches + t));
+  }
+
+  state.set_trace(options.trace && metadata != nullptr);
+  for (std::size_t i = 0; i < feeds.size(); ++i) {
+    state.set_feed(feed_ids[i], feeds[i].value);
+    fed_[static_cast<std::size_t>(feed_ids[i])] = 1;
+  }
+  Timer::Id deadline_timer = 0;
+  if (options.timeout) {
+    deadline_timer = session->timer().schedule(
+        std::chrono::steady_clock::now() + *options.timeout, [this, timeout = *options.timeout] {
+          // Cancelled before the call returns, so `this` is alive.
+          record_error(deadline_exceeded("partial run {}: the call's deadline of {} ms expired",
+                                         id_, timeout.count()));
+        });
+  }
+  session->arena().execute([&] {
+    for (int k : awaited) install_waiter(k);
+    // seq_cst read after installing (see RunState::record_error): an error
+    // recorded before the handles existed is seen here.
+    if (state.failed()) on_error();
+    for (int f : feed_ids) instance_->put_feed(f);
+    group_->wait();
+  });
+  if (deadline_timer != 0) session->timer().cancel(deadline_timer);
+  if (metadata != nullptr && options.trace) state.collect_new_stats(*metadata);
+
+  Status status = state.status();
+  if (!status.is_ok()) {
+    end(status);
+    return status;
+  }
+  std::vector<Tensor> out;
+  out.reserve(fetch_ids.size());
+  for (int k : fetch_ids) {
+    GRAPHRUN_CHECK(ready_[k].load() == 2);
+    out.push_back(state.fetch_value(k));
+    fetched_[static_cast<std::size_t>(k)] = 1;
+  }
+  bool complete = std::all_of(fetched_.begin(), fetched_.end(), [](char c) { return c != 0; });
+  for (std::size_t t = 0; complete && t < signature_.targets.size(); ++t) {
+    complete = ready_[n_fetches + t].load() == 2;
+  }
+  if (complete) end(Status::ok());
+  return out;
+}
+
+void PartialRun::end(const Status& status) {
+  if (ended_.load()) return;
+  RunState& state = instance_->state();
+  if (!status.is_ok()) state.record_error(status);  // cancels and wakes waiters
+  SessionImpl* session = nullptr;
+  {
+    std::lock_guard lock(session_mu_);
+    session = session_;
+  }
+  auto finish = [&] {
+    if (!status.is_ok()) {
+      // Drain: put every feed not given; every remaining node then fires,
+      // skipped, and every continue_node count returns to zero.
+      for (std::size_t f = 0; f < fed_.size(); ++f) {
+        if (fed_[f] == 0) instance_->put_feed(static_cast<int>(f));
+      }
+    }
+    instance_->wait_quiet();
+    state.finish();
+    std::unique_ptr<FlowInstance> done;
+    {
+      std::lock_guard lock(instance_mu_);
+      done = std::move(instance_);
+    }
+    done = entry_->pool.give_back(
+        std::move(done));  // destroyed here (in the arena) if the pool is full
+  };
+  if (session != nullptr) {
+    session->arena().execute(finish);
+  } else {
+    finish();
+  }
+  end_status_ = status;
+  ended_.store(true, std::memory_order_release);
+  if (session != nullptr) session->unregister_partial_run(id_);
+}
+
+void PartialRun::record_error(const Status& why) {
+  std::lock_guard lock(instance_mu_);
+  if (instance_ != nullptr) instance_->state().record_error(why);
+}
+
+void PartialRun::cancel(const Status& why) {
+  if (ended_.load()) return;
+  // Wakes a call in progress (it then ends the run and lets go of call_mu_).
+  record_error(why);
+  std::lock_guard call_lock(call_mu_);
+  if (ended_.load()) return;
+  end(why);
+}
+
+void PartialRun::detach() {
+  cancel(cancelled("Session has been closed."));
+  std::lock_guard lock(session_mu_);
+  session_ = nullptr;
+}
+
+}  // namespace graphrun::sched

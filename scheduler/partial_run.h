@@ -1,0 +1,100 @@
+// PartialRun: one execution of a plan spread over several partial_run()
+// calls (docs/issue-3-partial-runs.md). Owns a flow-graph instance from the
+// plan's pool for its whole life; nodes run as soon as their inputs exist;
+// a node that needs a feed not yet given stays pending in its continue_node.
+#pragma once
+
+#include <graphrun/session.h>
+
+#include <oneapi/tbb/task_group.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "scheduler/flow_graph.h"
+#include "scheduler/plan.h"
+#include "scheduler/plan_cache.h"
+#include "scheduler/run_state.h"
+
+namespace graphrun::sched {
+
+class SessionImpl;
+
+// Thread safety: thread-safe. Calls (call()) are serialized by call_mu_ (a
+// second concurrent call gets FailedPrecondition); cancel() may come from
+// any thread at any time; node bodies report through the StepListener.
+class PartialRun final : public StepListener {
+ public:
+  PartialRun(SessionImpl* session, std::shared_ptr<PlanEntry> entry, Signature signature,
+             std::string id);
+  ~PartialRun() override;
+
+  const std::string& id() const { return id_; }
+  bool is_done() const { return ended_.load(std::memory_order_acquire); }
+
+  // Borrows an instance and starts every node that needs no feed. Called
+  // once, inside the session arena.
+  void start(const StepControl& control);
+
+  Result<std::vector<Tensor>> call(const FeedList& feeds, const std::vector<TensorRef>& fetches,
+                                   const std::vector<TargetRef>& targets, const RunOptions& options,
+                                   RunMetadata* metadata);
+
+  // Ends the run with `why` (Cancelled, DeadlineExceeded, ...) from any
+  // thread. A call in progress returns `why`.
+  void cancel(const Status& why);
+  // The session is being destroyed: end the run and never touch the session
+  // again.
+  void detach();
+
+  std::chrono::steady_clock::time_point last_used() const;
+
+  // StepListener.
+  void on_ready(int k) override;
+  void on_error() override;
+
+ private:
+  // Ends the run (status OK: complete): drains pending nodes when it did not
+  // complete, returns the instance, unregisters. Requires call_mu_.
+  void end(const Status& status);
+  void install_waiter(int k);
+  // Records `why` in the step, if it still has an instance (any thread).
+  void record_error(const Status& why);
+  void release_waiter(int k);
+  Status check_usable() const;
+  void touch();
+
+  SessionImpl* session_;  // null once detached; guarded by session_mu_
+  mutable std::mutex session_mu_;
+  std::shared_ptr<PlanEntry> entry_;
+  const Plan& plan_;
+  Signature signature_;
+  std::string id_;
+  // Null once ended. Written under instance_mu_ (start, end); the calling
+  // thread (holding call_mu_) reads it without the lock; other threads
+  // (cancel, deadline timer) read it under the lock.
+  std::unique_ptr<FlowInstance> instance_;
+  std::mutex instance_mu_;
+
+  std::mutex call_mu_;
+  std::vector<char> fed_;      // per feed; guarded by call_mu_
+  std::vector<char> fetched_;  // per fetch; guarded by call_mu_
+  Status end_status_;          // guarded by call_mu_; why the run ended
+  std::atomic<bool> ended_{false};
+  std::atomic<bool> cancel_pending_{false};
+
+  // Per fetch, then per target: 0 pending, 1 a waiter is installed, 2 ready.
+  // seq_cst throughout (see RunState::record_error).
+  std::unique_ptr<std::atomic<int>[]> ready_;
+  std::vector<tbb::task_handle> waiters_;
+  tbb::task_group_context group_context_{tbb::task_group_context::isolated};
+  // Behind a pointer: ~task_group is noexcept(false), StepListener's is not.
+  std::unique_ptr<tbb::task_group> group_ = std::make_unique<tbb::task_group>(group_context_);
+  std::atomic<int64_t> last_used_ns_{0};  // relaxed: an idle-timeout hint
+};
+
+}  // namespace graphrun::sched
