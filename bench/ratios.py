@@ -70,6 +70,15 @@ ROWS = [
      "first run vs warm run of a signature"),
     ("FirstRun1000", "WarmSession", "WarmRawFlowGraph", "slowdown", None, "warm run vs raw"),
     ("FirstRun1000", "WarmCallable", "WarmRawFlowGraph", "slowdown", None, "warm Callable vs raw"),
+    ("PartialSeed", "PartialRun", "TwoRuns", "speedup", 1.8,
+     "seed example: one partial run vs two runs"),
+    ("PartialSmall", "SetupAndCall", "Run", "slowdown", 2.0,
+     "partial run (setup + 1 call) vs run, 10 nodes"),
+    ("PartialSmall", "SetupAndTwoCalls", "Run", "slowdown", None,
+     "setup + 2 calls vs one run"),
+    ("PartialSmall", "SetupAndCancel", "ColdRun", "slowdown", None,
+     "setup (+ cancel) vs a cold run"),
+    ("PartialSmall", "SetupAndCancel", "Run", "slowdown", None, "setup (+ cancel) vs a warm run"),
 ]
 
 # Cases whose per-node time is worth printing.

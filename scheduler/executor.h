@@ -93,6 +93,7 @@ class SessionImpl {
   std::unique_ptr<std::atomic<OpKernel*>[]> kernel_ptrs_;
   std::atomic<bool> closed_{false};
   std::atomic<int64_t> next_step_id_{1};
+  std::atomic<int64_t> next_run_serial_{1};  // relaxed: uniqueness only
   std::chrono::steady_clock::time_point epoch_;
 
   mutable std::mutex runs_mu_;

@@ -1,8 +1,11 @@
 // graphrun-demo: the README's example. A two-stage graph, as in a model's
 // forward pass: an expensive first stage (a stack of dense layers) feeding a
-// cheap second stage (a head that reduces to a score). Runs it, prints what
-// it computed, how many times each stage's nodes executed (from step
-// statistics), and how long each run took.
+// cheap second stage (a head that reduces to a score, scaled by a
+// temperature fed at run time). Runs it, prints what it computed, how many
+// times each stage's nodes executed (from step statistics), and how long
+// each way took: two separate runs (stage 1 executes twice) against one
+// partial run whose second input is computed outside the graph from the
+// first call's output (stage 1 executes once).
 #include <fmt/format.h>
 #include <graphrun/graphrun.h>
 
@@ -28,9 +31,10 @@ constexpr int64_t kWidth = 256;
 constexpr int kLayers = 4;
 
 struct Model {
-  Output x;       // the input batch
-  Output hidden;  // end of stage 1
-  Output score;   // end of stage 2
+  Output x;            // the input batch
+  Output temperature;  // stage 2's scale, fed at run time
+  Output hidden;       // end of stage 1
+  Output score;        // end of stage 2
 };
 
 Model build(Graph& g) {
@@ -52,7 +56,8 @@ Model build(Graph& g) {
     auto scope = g.name_scope("stage2");
     Output w =
         ops::Variable(g, ops::RandomNormal(g, Shape{kWidth, 1}, DType::kFloat32, 0.0, 0.06), "w");
-    Output logits = ops::MatMul(g, m.hidden, w);
+    m.temperature = ops::Placeholder(g, DType::kFloat32, Shape{}, "temperature");
+    Output logits = ops::Mul(g, ops::MatMul(g, m.hidden, w), m.temperature);
     m.score = ops::Mean(g, ops::Sigmoid(g, logits), {0, 1}, false, "score");
   }
   return m;
@@ -99,37 +104,80 @@ int main() {
       kLayers, static_cast<long long>(kWidth), static_cast<long long>(kWidth));
   std::printf("graph: %d nodes\n\n", g.num_nodes());
 
-  // One run fetching both stages: each stage executes once.
-  auto run_timed = [&](std::vector<graphrun::TensorRef> fetches, const char* label) {
-    RunMetadata md;
-    const auto t0 = std::chrono::steady_clock::now();
-    auto out = session.run({{m.x, batch}}, fetches, {}, traced, &md);
-    const auto us =
-        std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
-    if (!out.is_ok()) {
-      std::fprintf(stderr, "run failed: %s\n", out.status().to_string().c_str());
-      std::exit(1);
+  struct Counts {
+    int stage1 = 0;
+    int stage2 = 0;
+    void add(const RunMetadata& md) {
+      const auto c = executions(md);
+      stage1 += c.count("stage1") ? c.at("stage1") : 0;
+      stage2 += c.count("stage2") ? c.at("stage2") : 0;
     }
-    const auto counts = executions(md);
-    std::printf("%-34s %9.1f us   MatMuls executed: stage1=%d stage2=%d\n", label, us,
-                counts.count("stage1") ? counts.at("stage1") : 0,
-                counts.count("stage2") ? counts.at("stage2") : 0);
-    return std::move(*out);
+  };
+  auto fail = [](const graphrun::Status& s) {
+    std::fprintf(stderr, "failed: %s\n", s.to_string().c_str());
+    std::exit(1);
+  };
+  auto mean_of = [](const Tensor& t) {
+    double sum = 0;
+    for (float v : t.flat<float>()) sum += v;
+    return static_cast<float>(sum / static_cast<double>(t.num_elements()));
+  };
+  using Clock = std::chrono::steady_clock;
+  auto us_since = [](Clock::time_point t0) {
+    return std::chrono::duration<double, std::micro>(Clock::now() - t0).count();
   };
 
-  run_timed({m.score}, "warm-up run(score)");
-  auto both = run_timed({m.hidden, m.score}, "run(hidden, score)");
-  std::printf("\n  score = %.6f   hidden: %s, mean activation %.6f\n\n", both[1].scalar<float>(),
-              both[0].debug_type().c_str(), [&] {
-                double sum = 0;
-                for (float v : both[0].flat<float>()) sum += v;
-                return sum / static_cast<double>(both[0].num_elements());
-              }());
+  // Warm-up: compiles both signatures' plans once.
+  if (auto r = session.run({{m.x, batch}, {m.temperature, Tensor(1.0f)}}, {m.hidden, m.score});
+      !r.is_ok()) {
+    fail(r.status());
+  }
 
-  // The same two results from two separate runs: stage 1 executes twice.
-  std::printf("Two separate runs (what partial runs will avoid):\n");
-  auto h = run_timed({m.hidden}, "  run(hidden)");
-  auto s = run_timed({m.score}, "  run(score)");
-  std::printf("  same score as the joint run: %s\n", s[0].equals(both[1]) ? "yes" : "NO");
-  return s[0].equals(both[1]) && h[0].equals(both[0]) ? 0 : 1;
+  // Way 1: two separate runs. The temperature is computed outside the graph
+  // from stage 1's output, so stage 1 must run again for the score.
+  Counts two_runs;
+  const auto t1 = Clock::now();
+  RunMetadata md1;
+  auto hidden = session.run({{m.x, batch}}, {m.hidden}, {}, traced, &md1);
+  if (!hidden.is_ok()) fail(hidden.status());
+  two_runs.add(md1);
+  const float temperature = 1.0f / (1.0f + mean_of((*hidden)[0]));
+  RunMetadata md2;
+  auto score = session.run({{m.x, batch}, {m.temperature, Tensor(temperature)}}, {m.score}, {},
+                           traced, &md2);
+  if (!score.is_ok()) fail(score.status());
+  two_runs.add(md2);
+  const double two_runs_us = us_since(t1);
+
+  // Way 2: one partial run over two calls. Stage 1 runs once; the second
+  // call feeds the temperature and runs only stage 2.
+  Counts partial;
+  const auto t2 = Clock::now();
+  auto handle = session.partial_run_setup({m.hidden, m.score}, {m.x, m.temperature});
+  if (!handle.is_ok()) fail(handle.status());
+  RunMetadata pm1;
+  auto p_hidden = session.partial_run(*handle, {{m.x, batch}}, {m.hidden}, {}, traced, &pm1);
+  if (!p_hidden.is_ok()) fail(p_hidden.status());
+  partial.add(pm1);
+  const float p_temperature = 1.0f / (1.0f + mean_of((*p_hidden)[0]));
+  RunMetadata pm2;
+  auto p_score = session.partial_run(*handle, {{m.temperature, Tensor(p_temperature)}}, {m.score},
+                                     {}, traced, &pm2);
+  if (!p_score.is_ok()) fail(p_score.status());
+  partial.add(pm2);
+  const double partial_us = us_since(t2);
+
+  std::printf("hidden: %s, mean activation %.6f -> temperature %.6f (computed outside the graph)\n",
+              (*hidden)[0].debug_type().c_str(), mean_of((*hidden)[0]), temperature);
+  std::printf("score = %.6f\n\n", (*score)[0].scalar<float>());
+  std::printf("%-44s %10s %16s %16s\n", "", "time (us)", "stage-1 MatMuls", "stage-2 MatMuls");
+  std::printf("%-44s %10.1f %16d %16d\n", "two runs: run(hidden), run(score)", two_runs_us,
+              two_runs.stage1, two_runs.stage2);
+  std::printf("%-44s %10.1f %16d %16d\n", "one partial run: setup + 2 partial_run calls",
+              partial_us, partial.stage1, partial.stage2);
+  std::printf("\npartial run: %.2fx faster, stage 1 executed %d time(s) instead of %d\n",
+              two_runs_us / partial_us, partial.stage1 / kLayers, two_runs.stage1 / kLayers);
+  const bool same = (*p_score)[0].equals((*score)[0]) && (*p_hidden)[0].equals((*hidden)[0]);
+  std::printf("same results both ways: %s\n", same ? "yes" : "NO");
+  return same && partial.stage1 == kLayers && two_runs.stage1 == 2 * kLayers ? 0 : 1;
 }
