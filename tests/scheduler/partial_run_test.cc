@@ -74,6 +74,23 @@ TEST(PartialRunTest, SeedExampleRunsTheExpensiveStageOnce) {
   EXPECT_EQ(h->id().size(), 35u);
 }
 
+TEST(PartialRunTest, FetchingAValueComputedEarlierRunsNothing) {
+  Seed m;
+  auto s = make_session(m.g);
+  auto h = s->partial_run_setup({m.r1, m.r2}, {m.x});
+  ASSERT_THAT(h, IsOk());
+  // Fetching r2 computes r1 on the way.
+  ASSERT_THAT(s->partial_run(*h, {{m.x, Tensor{1.0f, 1.0f}}}, {m.r2}), IsOk());
+  RunOptions o;
+  o.trace = true;
+  RunMetadata md;
+  EXPECT_THAT(s->partial_run(*h, {}, {m.r1}, {}, o, &md),
+              IsOkAndHolds(ElementsAre(TensorEq(Tensor{2.0f, 2.0f}))));
+  EXPECT_TRUE(md.step_stats.empty());
+  EXPECT_EQ(m.expensive.load(), 1);
+  EXPECT_EQ(m.another.load(), 1);
+}
+
 TEST(PartialRunTest, LaterInputComputedOutsideTheGraphFromAnEarlierOutput) {
   Graph g;
   std::atomic<int> n{0};
@@ -386,6 +403,18 @@ TEST(PartialRunStressTest, ManyPartialRunsAndRunsFromManyThreads) {
       }
     });
   }
+  // A second signature, open at the same time as the others.
+  threads.emplace_back([&] {
+    for (int i = 0; i < kIters; ++i) {
+      auto h = s->partial_run_setup({y}, {x});
+      if (!h.is_ok()) {
+        ++wrong;
+        continue;
+      }
+      auto r = s->partial_run(*h, {{x, Tensor(-i)}}, {y});
+      if (!r.is_ok() || (*r)[0].scalar<int32_t>() != -2 * i) ++wrong;
+    }
+  });
   for (auto& th : threads) th.join();
   EXPECT_EQ(wrong.load(), 0);
   EXPECT_THAT(s->run({}, {v}), IsOkAndHolds(ElementsAre(TensorEq(Tensor(kThreads * kIters)))));
