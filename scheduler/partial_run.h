@@ -52,6 +52,11 @@ class PartialRun final : public StepListener {
   void detach();
 
   std::chrono::steady_clock::time_point last_used() const;
+  // Whether `session` started this run (and is still alive).
+  bool belongs_to(const SessionImpl* session) const {
+    std::lock_guard lock(session_mu_);
+    return session_ == session;
+  }
 
   // StepListener.
   void on_ready(int k) override;

@@ -51,11 +51,17 @@ Result<std::vector<Tensor>> Session::partial_run(PartialRunHandle& handle, const
   if (!handle.is_valid()) {
     return invalid_argument("Must run 'setup' before performing partial runs! (empty handle)");
   }
+  if (!handle.run_->belongs_to(impl_.get())) {
+    return invalid_argument("partial run {} does not belong to this session", handle.id());
+  }
   return handle.run_->call(feeds, fetches, targets, options, metadata);
 }
 
 Status Session::cancel_partial_run(PartialRunHandle& handle) {
   if (!handle.is_valid()) return invalid_argument("cancel_partial_run: empty handle");
+  if (!handle.run_->belongs_to(impl_.get())) {
+    return invalid_argument("partial run {} does not belong to this session", handle.id());
+  }
   handle.run_->cancel(cancelled("partial run {} was cancelled", handle.id()));
   return Status::ok();
 }

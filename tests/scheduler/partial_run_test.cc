@@ -236,6 +236,15 @@ TEST(PartialRunTest, SetupErrors) {
   EXPECT_THAT(s->partial_run_setup({"nope:0"}, {}), StatusIs(StatusCode::kNotFound, "nope"));
   PartialRunHandle empty;
   EXPECT_THAT(s->partial_run(empty, {}, {m.r1}), StatusIs(StatusCode::kInvalidArgument, "setup"));
+  // A handle of another session is unknown here.
+  auto other = make_session(m.g);
+  auto foreign = other->partial_run_setup({m.r1}, {m.x});
+  ASSERT_THAT(foreign, IsOk());
+  EXPECT_THAT(s->partial_run(*foreign, {{m.x, Tensor{1.0f, 1.0f}}}, {m.r1}),
+              StatusIs(StatusCode::kInvalidArgument, "does not belong to this session"));
+  EXPECT_THAT(s->cancel_partial_run(*foreign),
+              StatusIs(StatusCode::kInvalidArgument, "does not belong to this session"));
+  EXPECT_THAT(other->partial_run(*foreign, {{m.x, Tensor{1.0f, 1.0f}}}, {m.r1}), IsOk());
 }
 
 TEST(PartialRunTest, KernelErrorEndsTheRun) {
