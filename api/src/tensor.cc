@@ -179,40 +179,27 @@ Tensor::Tensor(DType dtype, const Shape& shape) {
   *this = std::move(*t);
 }
 
-static Result<Tensor> allocate_impl(DType dtype, const Shape& shape, bool zero,
-                                    internal::TensorBuffer** out_buffer) {
+Result<Tensor> Tensor::allocate_storage(DType dtype, const Shape& shape, bool zero) {
   GRAPHRUN_ASSIGN_OR_RETURN(std::size_t bytes, checked_bytes(dtype, shape));
+  Tensor t;
   try {
-    *out_buffer = bytes == 0 ? nullptr : internal::TensorBuffer::create(bytes, zero);
+    t.buffer_ = bytes == 0 ? nullptr : internal::TensorBuffer::create(bytes, zero);
   } catch (const std::bad_alloc&) {
     return resource_exhausted("out of memory allocating {} bytes for a {}{} tensor", bytes,
                               dtype_name(dtype), shape.to_string());
   }
-  return Tensor();
+  t.dtype_ = dtype;
+  t.shape_ = shape;
+  t.num_elements_ = shape.num_elements();
+  return t;
 }
 
 Result<Tensor> Tensor::allocate(DType dtype, const Shape& shape) {
-  internal::TensorBuffer* buffer = nullptr;
-  Result<Tensor> r = allocate_impl(dtype, shape, /*zero=*/true, &buffer);
-  if (!r.is_ok()) return r;
-  Tensor t;
-  t.buffer_ = buffer;
-  t.dtype_ = dtype;
-  t.shape_ = shape;
-  t.num_elements_ = shape.num_elements();
-  return t;
+  return allocate_storage(dtype, shape, /*zero=*/true);
 }
 
 Result<Tensor> Tensor::allocate_uninitialized(DType dtype, const Shape& shape) {
-  internal::TensorBuffer* buffer = nullptr;
-  Result<Tensor> r = allocate_impl(dtype, shape, /*zero=*/false, &buffer);
-  if (!r.is_ok()) return r;
-  Tensor t;
-  t.buffer_ = buffer;
-  t.dtype_ = dtype;
-  t.shape_ = shape;
-  t.num_elements_ = shape.num_elements();
-  return t;
+  return allocate_storage(dtype, shape, /*zero=*/false);
 }
 
 Tensor Tensor::from_bytes(DType dtype, const Shape& shape, const void* data, std::size_t bytes) {

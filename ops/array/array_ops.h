@@ -34,6 +34,11 @@ Result<std::vector<int64_t>> read_int_vector(const Tensor& t, std::string_view w
 Result<int> read_dims(const Tensor& t, std::string_view what,
                       std::array<int64_t, Shape::kMaxRank>& out);
 
+// The output shape when a shape comes from a vector input whose values are
+// unknown at build time: rank = the vector's length when known, every
+// dimension unknown. `what` names the input in the rank error.
+Result<Shape> shape_from_unknown_dims(const Shape& vector_shape, std::string_view what);
+
 // "[2,-1,3]": a requested shape as given, -1 kept literally.
 std::string dims_to_string(std::span<const int64_t> dims);
 

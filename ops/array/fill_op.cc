@@ -61,17 +61,9 @@ Status fill_shape(InferenceContext& c) {
     c.set_output(0, shape);
     return Status::ok();
   }
-  if (!dims_shape.is_unknown_rank() && dims_shape.dim(0) >= 0) {
-    if (dims_shape.dim(0) > Shape::kMaxRank) {
-      return invalid_argument("dims has {} entries, more than the maximum rank {}",
-                              dims_shape.dim(0), Shape::kMaxRank);
-    }
-    Shape out;
-    for (int64_t i = 0; i < dims_shape.dim(0); ++i) out.add_dim(Shape::kUnknownDim);
-    c.set_output(0, out);
-  } else {
-    c.set_output(0, Shape::unknown());
-  }
+  // Not a constant: the rank is known when the vector's length is.
+  GRAPHRUN_ASSIGN_OR_RETURN(Shape out, ops_internal::shape_from_unknown_dims(dims_shape, "dims"));
+  c.set_output(0, out);
   return Status::ok();
 }
 

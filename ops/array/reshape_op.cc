@@ -102,18 +102,10 @@ Status reshape_shape(InferenceContext& c) {
     c.set_output(0, out);
     return Status::ok();
   }
-  // Not a constant: the rank is known when the shape vector's length is.
-  if (!shape_shape.is_unknown_rank() && shape_shape.dim(0) >= 0) {
-    if (shape_shape.dim(0) > Shape::kMaxRank) {
-      return invalid_argument("the requested rank {} exceeds the maximum of {}", shape_shape.dim(0),
-                              Shape::kMaxRank);
-    }
-    Shape out;
-    for (int64_t i = 0; i < shape_shape.dim(0); ++i) out.add_dim(Shape::kUnknownDim);
-    c.set_output(0, out);
-  } else {
-    c.set_output(0, Shape::unknown());
-  }
+  // Not a constant: the rank is known when the vector's length is.
+  GRAPHRUN_ASSIGN_OR_RETURN(Shape out,
+                            ops_internal::shape_from_unknown_dims(shape_shape, "the shape input"));
+  c.set_output(0, out);
   return Status::ok();
 }
 

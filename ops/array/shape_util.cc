@@ -42,6 +42,17 @@ Result<int> read_dims(const Tensor& t, std::string_view what,
   return static_cast<int>(n);
 }
 
+Result<Shape> shape_from_unknown_dims(const Shape& vector_shape, std::string_view what) {
+  if (vector_shape.is_unknown_rank() || vector_shape.dim(0) < 0) return Shape::unknown();
+  if (vector_shape.dim(0) > Shape::kMaxRank) {
+    return invalid_argument("{} has {} entries, more than the maximum rank {}", what,
+                            vector_shape.dim(0), Shape::kMaxRank);
+  }
+  Shape out;
+  for (int64_t i = 0; i < vector_shape.dim(0); ++i) out.add_dim(Shape::kUnknownDim);
+  return out;
+}
+
 std::string dims_to_string(std::span<const int64_t> dims) {
   return fmt::format("[{}]", fmt::join(dims, ","));
 }

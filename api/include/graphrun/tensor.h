@@ -246,6 +246,7 @@ class Tensor {
     return from_span(Shape{}, std::span<const T>(&value, 1));
   }
   static Tensor from_bytes(DType dtype, const Shape& shape, const void* data, std::size_t bytes);
+  static Result<Tensor> allocate_storage(DType dtype, const Shape& shape, bool zero);
   void check_type(DType requested) const;
 
   internal::TensorBuffer* buffer_ = nullptr;
