@@ -371,7 +371,9 @@ TEST(PartialRunStressTest, AbandonedHandlesLeakNothing) {
   for (int i = 0; i < 3000; ++i) {
     auto h = s->partial_run_setup({m.r1, m.r2}, {m.x});
     ASSERT_THAT(h, IsOk());
-    if (i % 3 == 1) ASSERT_THAT(s->partial_run(*h, {{m.x, Tensor{1.0f, 1.0f}}}, {m.r1}), IsOk());
+    if (i % 3 == 1) {
+      ASSERT_THAT(s->partial_run(*h, {{m.x, Tensor{1.0f, 1.0f}}}, {m.r1}), IsOk());
+    }
     // destroyed unfinished
   }
   EXPECT_EQ(s->num_open_partial_runs(), 0u);
