@@ -128,15 +128,32 @@ Result<PartialRunHandle> SessionImpl::partial_run_setup(const std::vector<Tensor
           "too many open partial runs ({}, SessionOptions::max_open_partial_runs)",
           open_runs_.size());
     }
-    open_runs_.emplace(run->id(), run);
   }
   StepControl control;
-  control.step_id =
-      next_step_id_.fetch_add(1, std::memory_order_relaxed);  // relaxed: unique ids only
+  control.step_id = next_step_id_.fetch_add(1, std::memory_order_relaxed);  // relaxed: unique ids
   control.session_closed = &closed_;
   control.trace = options.trace;
   control.epoch = epoch_;
+  // Started before it is registered: nothing else can reach it meanwhile.
   arena_.execute([&] { run->start(control); });
+  bool registered = false;
+  {
+    std::lock_guard lock(runs_mu_);
+    // Concurrent setups may have filled the last places meanwhile.
+    if (open_runs_.size() < options_.max_open_partial_runs && !closed_.load()) {
+      open_runs_.emplace(run->id(), run);
+      registered = true;
+    }
+  }
+  if (!registered) {
+    const Status why = closed_.load() ? cancelled("Session has been closed.")
+                                      : resource_exhausted(
+                                            "too many open partial runs ({}, "
+                                            "SessionOptions::max_open_partial_runs)",
+                                            options_.max_open_partial_runs);
+    run->cancel(why);
+    return why;
+  }
   if (options_.partial_run_idle_timeout) schedule_idle_sweep();
   return PartialRunHandle(std::move(run));
 }

@@ -44,14 +44,15 @@ std::chrono::steady_clock::time_point PartialRun::last_used() const {
 void PartialRun::start(const StepControl& control) {
   std::unique_ptr<FlowInstance> inst = entry_->pool.take();
   if (inst == nullptr) inst = std::make_unique<FlowInstance>(plan_, session_->runtime());
+  RunState& state = inst->state();
+  state.begin(control, {});
+  state.set_listener(this);  // before any body can report
+  FlowInstance* started = inst.get();
   {
     std::lock_guard lock(instance_mu_);
     instance_ = std::move(inst);
   }
-  RunState& state = instance_->state();
-  state.begin(control, {});
-  state.set_listener(this);
-  instance_->start_roots();
+  started->start_roots();
 }
 
 // ---- waiters: one atomic per fetch/target decides who releases its handle ----
@@ -267,8 +268,14 @@ Result<std::vector<Tensor>> PartialRun::call(const FeedList& feeds,
 
 void PartialRun::end(const Status& status) {
   if (ended_.load()) return;
-  RunState& state = instance_->state();
-  if (!status.is_ok()) state.record_error(status);  // cancels and wakes waiters
+  // Take the instance out first: from here on no other thread (cancel, the
+  // deadline timer) can reach its state.
+  std::unique_ptr<FlowInstance> inst;
+  {
+    std::lock_guard lock(instance_mu_);
+    if (!status.is_ok()) instance_->state().record_error(status);  // cancels, wakes waiters
+    inst = std::move(instance_);
+  }
   SessionImpl* session = nullptr;
   {
     std::lock_guard lock(session_mu_);
@@ -279,18 +286,13 @@ void PartialRun::end(const Status& status) {
       // Drain: put every feed not given; every remaining node then fires,
       // skipped, and every continue_node count returns to zero.
       for (std::size_t f = 0; f < fed_.size(); ++f) {
-        if (fed_[f] == 0) instance_->put_feed(static_cast<int>(f));
+        if (fed_[f] == 0) inst->put_feed(static_cast<int>(f));
       }
     }
-    instance_->wait_quiet();
-    state.finish();
-    std::unique_ptr<FlowInstance> done;
-    {
-      std::lock_guard lock(instance_mu_);
-      done = std::move(instance_);
-    }
-    done = entry_->pool.give_back(
-        std::move(done));  // destroyed here (in the arena) if the pool is full
+    inst->wait_quiet();
+    inst->state().finish();
+    inst = entry_->pool.give_back(std::move(inst));  // destroyed here (in the arena) if full
+    inst.reset();
   };
   if (session != nullptr) {
     session->arena().execute(finish);
