@@ -16,6 +16,7 @@
 #include <graphrun/graphrun.h>
 
 #include "bench/common/raw_graph.h"
+#include "bench/common/small_graph.h"
 
 namespace graphrun::bench {
 namespace {
@@ -73,28 +74,8 @@ void BM_PartialSeed_PartialRun(benchmark::State& state) {
 }
 BENCHMARK(BM_PartialSeed_PartialRun)->UseRealTime()->Unit(benchmark::kMillisecond);
 
-struct Small {
-  Graph g;
-  Output x, y, j;
-  Small() {
-    x = ops::Placeholder(g, DType::kFloat32, Shape(), "x");
-    y = ops::Placeholder(g, DType::kFloat32, Shape(), "y");
-    Output a = ops::Add(g, x, y);
-    Output b = ops::Mul(g, x, y);
-    Output c = ops::Sub(g, a, b);
-    Output d = ops::Neg(g, a);
-    Output e = ops::Square(g, b);
-    Output f = ops::Mul(g, c, d);
-    Output gg = ops::Add(g, e, c);
-    Output h = ops::Sub(g, f, gg);
-    Output i = ops::Square(g, h);
-    j = ops::Add(g, i, f, "j");
-    check_ok(g.status(), "building the small graph");
-  }
-};
-
 void BM_PartialSmall_Run(benchmark::State& state) {
-  Small m;
+  SmallGraph m;
   auto session = std::move(Session::create(m.g).value());
   const FeedList feeds{{"x", Tensor(1.5f)}, {"y", Tensor(2.0f)}};
   const std::vector<TensorRef> fetches{"j"};
@@ -109,7 +90,7 @@ void BM_PartialSmall_Run(benchmark::State& state) {
 BENCHMARK(BM_PartialSmall_Run)->UseRealTime();
 
 void BM_PartialSmall_SetupAndCall(benchmark::State& state) {
-  Small m;
+  SmallGraph m;
   auto session = std::move(Session::create(m.g).value());
   const FeedList feeds{{"x", Tensor(1.5f)}, {"y", Tensor(2.0f)}};
   const std::vector<TensorRef> fetches{"j"};
@@ -130,7 +111,7 @@ BENCHMARK(BM_PartialSmall_SetupAndCall)->UseRealTime();
 
 // Two calls: feed x, then feed y and fetch j.
 void BM_PartialSmall_SetupAndTwoCalls(benchmark::State& state) {
-  Small m;
+  SmallGraph m;
   auto session = std::move(Session::create(m.g).value());
   const std::vector<TensorRef> fetches{"j"};
   const std::vector<TensorRef> feed_names{"x", "y"};
@@ -152,7 +133,7 @@ void BM_PartialSmall_SetupAndTwoCalls(benchmark::State& state) {
 BENCHMARK(BM_PartialSmall_SetupAndTwoCalls)->UseRealTime();
 
 void BM_PartialSmall_SetupAndCancel(benchmark::State& state) {
-  Small m;
+  SmallGraph m;
   auto session = std::move(Session::create(m.g).value());
   const std::vector<TensorRef> fetches{"j"};
   const std::vector<TensorRef> feed_names{"x", "y"};
@@ -169,7 +150,7 @@ void BM_PartialSmall_SetupAndCancel(benchmark::State& state) {
 BENCHMARK(BM_PartialSmall_SetupAndCancel)->UseRealTime();
 
 void BM_PartialSmall_ColdRun(benchmark::State& state) {
-  Small m;
+  SmallGraph m;
   const FeedList feeds{{"x", Tensor(1.5f)}, {"y", Tensor(2.0f)}};
   const std::vector<TensorRef> fetches{"j"};
   for (auto _ : state) {

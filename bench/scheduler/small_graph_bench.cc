@@ -18,6 +18,7 @@
 #include <memory>
 
 #include "bench/common/raw_graph.h"
+#include "bench/common/small_graph.h"
 
 namespace graphrun::bench {
 namespace {
@@ -25,28 +26,6 @@ namespace {
 constexpr int kNodes = 10;
 constexpr float kX = 1.5f;
 constexpr float kY = 2.0f;
-
-struct SmallGraph {
-  Graph g;
-  Output x, y, j;
-  std::vector<const Node*> compute;  // the 10 nodes
-
-  SmallGraph() {
-    x = ops::Placeholder(g, DType::kFloat32, Shape(), "x");
-    y = ops::Placeholder(g, DType::kFloat32, Shape(), "y");
-    Output a = ops::Add(g, x, y, "a");
-    Output b = ops::Mul(g, x, y, "b");
-    Output c = ops::Sub(g, a, b, "c");
-    Output d = ops::Neg(g, a, "d");
-    Output e = ops::Square(g, b, "e");
-    Output f = ops::Mul(g, c, d, "f");
-    Output gg = ops::Add(g, e, c, "g");
-    Output h = ops::Sub(g, f, gg, "h");
-    Output i = ops::Square(g, h, "i");
-    j = ops::Add(g, i, f, "j");
-    check_ok(g.status(), "building the small graph");
-  }
-};
 
 // The expected value of j, computed in plain floats.
 float expected_j(float x, float y) {
