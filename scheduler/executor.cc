@@ -343,16 +343,21 @@ Status SessionImpl::check_feeds(const Plan& plan, std::span<const Tensor> feeds)
                             feeds.size());
   }
   for (std::size_t f = 0; f < feeds.size(); ++f) {
-    const Tensor& t = feeds[f];
-    if (!t.is_initialized()) {
-      return invalid_argument("feed '{}': the value is an empty (uninitialized) tensor",
-                              plan.feed_names[f]);
-    }
-    if (t.dtype() != plan.feed_dtypes[f] || !t.shape().is_compatible_with(plan.feed_shapes[f])) {
-      return invalid_argument("feed '{}' expects {}{}, got {}", plan.feed_names[f],
-                              dtype_name(plan.feed_dtypes[f]), plan.feed_shapes[f].to_string(),
-                              t.debug_type());
-    }
+    GRAPHRUN_RETURN_IF_ERROR(check_feed(plan, f, feeds[f]));
+  }
+  return Status::ok();
+}
+
+Status SessionImpl::check_feed(const Plan& plan, std::size_t f, const Tensor& value) {
+  if (!value.is_initialized()) {
+    return invalid_argument("feed '{}': the value is an empty (uninitialized) tensor",
+                            plan.feed_names[f]);
+  }
+  if (value.dtype() != plan.feed_dtypes[f] ||
+      !value.shape().is_compatible_with(plan.feed_shapes[f])) {
+    return invalid_argument("feed '{}' expects {}{}, got {}", plan.feed_names[f],
+                            dtype_name(plan.feed_dtypes[f]), plan.feed_shapes[f].to_string(),
+                            value.debug_type());
   }
   return Status::ok();
 }

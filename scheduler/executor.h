@@ -53,6 +53,8 @@ class SessionImpl {
                  const RunOptions& options, RunMetadata* metadata);
   // Checks feed values against the tensors they replace.
   static Status check_feeds(const Plan& plan, std::span<const Tensor> feeds);
+  // Checks one value against feed `f` of `plan` (dtype, static shape).
+  static Status check_feed(const Plan& plan, std::size_t f, const Tensor& value);
 
   const Graph& graph() const { return graph_; }
   std::size_t num_cached_plans() const { return cache_.size(); }

@@ -191,17 +191,8 @@ Result<std::vector<Tensor>> PartialRun::call(const FeedList& feeds,
         fmt::format("Target '{}'", signature_.targets[static_cast<std::size_t>(t)]->name())));
   }
   for (std::size_t i = 0; i < feeds.size(); ++i) {
-    const auto f = static_cast<std::size_t>(feed_ids[i]);
-    const Tensor& v = feeds[i].value;
-    if (!v.is_initialized()) {
-      return invalid_argument("feed '{}': the value is an empty (uninitialized) tensor",
-                              plan_.feed_names[f]);
-    }
-    if (v.dtype() != plan_.feed_dtypes[f] || !v.shape().is_compatible_with(plan_.feed_shapes[f])) {
-      return invalid_argument("feed '{}' expects {}{}, got {}", plan_.feed_names[f],
-                              dtype_name(plan_.feed_dtypes[f]), plan_.feed_shapes[f].to_string(),
-                              v.debug_type());
-    }
+    GRAPHRUN_RETURN_IF_ERROR(
+        SessionImpl::check_feed(plan_, static_cast<std::size_t>(feed_ids[i]), feeds[i].value));
   }
 
   // What this call waits for: its fetches and targets; once every fetch is
