@@ -135,7 +135,14 @@ TEST(PartialRunTest, CallReturnsWhenItsFetchIsReadyWithoutWaitingForOtherWork) {
   Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
   Output quick = stage(g, x, &quick_n, 2.0f, "quick");
   Output slow = stage(g, quick, &slow_n, 1.0f, "slow", std::chrono::milliseconds(300));
-  auto s = make_session(g);
+  // One thread: the caller runs `quick`, its sink (the bypassed last
+  // successor) releases the wait, and `slow` stays queued. With a second
+  // thread that runs `quick` and spawns `slow`, the waiting caller may steal
+  // `slow` before it sees the release (a helping wait returns only at a task
+  // boundary; docs/architecture.md), which makes the timing nondeterministic.
+  SessionOptions one_thread;
+  one_thread.inter_op_threads = 1;
+  auto s = make_session(g, one_thread);
   auto h = s->partial_run_setup({quick, slow}, {x});
   ASSERT_THAT(h, IsOk());
   const auto t0 = std::chrono::steady_clock::now();
