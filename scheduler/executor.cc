@@ -4,7 +4,6 @@
 
 #include "scheduler/partial_run.h"
 
-#include <oneapi/tbb/info.h>
 #include <oneapi/tbb/parallel_for.h>
 
 #include <algorithm>
@@ -21,8 +20,11 @@ void tbb_parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_
       [&](const tbb::blocked_range<int64_t>& r) { fn(r.begin(), r.end()); });
 }
 
-int arena_threads(const SessionOptions& o) {
-  return o.inter_op_threads > 0 ? o.inter_op_threads : tbb::info::default_concurrency();
+std::shared_ptr<ThreadPool> pool_for(const SessionOptions& o) {
+  if (o.thread_pool != nullptr) return o.thread_pool;
+  Result<std::shared_ptr<ThreadPool>> pool = ThreadPool::create(o.inter_op_threads);
+  GRAPHRUN_CHECK(pool.is_ok());  // Session::create validated the options
+  return std::move(*pool);
 }
 
 }  // namespace
@@ -30,13 +32,12 @@ int arena_threads(const SessionOptions& o) {
 SessionImpl::SessionImpl(Graph graph, SessionOptions options)
     : graph_(std::move(graph)),
       options_(options),
-      arena_(arena_threads(options)),
+      pool_(pool_for(options)),
       cache_(options.plan_cache_capacity),
       kernels_(static_cast<std::size_t>(graph_.num_nodes())),
       kernel_ptrs_(new std::atomic<OpKernel*>[static_cast<std::size_t>(graph_.num_nodes())]()),
       epoch_(std::chrono::steady_clock::now()) {
   runtime_.parallel_for = &tbb_parallel_for;
-  arena_.initialize();
 }
 
 SessionImpl::~SessionImpl() {
@@ -45,7 +46,7 @@ SessionImpl::~SessionImpl() {
   for (const std::shared_ptr<PartialRun>& run : open_partial_runs()) run->detach();
   // Flow graphs are destroyed inside the arena they belong to.
   std::vector<std::shared_ptr<PlanEntry>> entries = cache_.take_all();
-  arena_.execute([&] { entries.clear(); });
+  in_arena([&] { entries.clear(); });
 }
 
 Status SessionImpl::check_open() const {
@@ -106,19 +107,8 @@ Result<PartialRunHandle> SessionImpl::partial_run_setup(const std::vector<Tensor
                                                         const std::vector<TargetRef>& targets,
                                                         const RunOptions& options) {
   GRAPHRUN_RETURN_IF_ERROR(check_open());
-  GRAPHRUN_ASSIGN_OR_RETURN(Signature sig, resolve(feeds, fetches, targets));
-  // A partial run declares each fetch and target once.
-  std::vector<Output> unique_fetches;
-  for (const Output& o : sig.fetches) {
-    if (std::find(unique_fetches.begin(), unique_fetches.end(), o) == unique_fetches.end()) {
-      unique_fetches.push_back(o);
-    }
-  }
-  sig.fetches = std::move(unique_fetches);
-  std::sort(sig.targets.begin(), sig.targets.end());
-  sig.targets.erase(std::unique(sig.targets.begin(), sig.targets.end()), sig.targets.end());
-  sig.partial = true;
-  GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<PlanEntry> entry, plan_for(sig));
+  GRAPHRUN_ASSIGN_OR_RETURN(auto prepared, prepare(feeds, fetches, targets, /*partial=*/true));
+  auto& [sig, entry] = prepared;
 
   auto run = std::make_shared<PartialRun>(this, entry, std::move(sig), new_partial_run_id());
   {
@@ -135,7 +125,7 @@ Result<PartialRunHandle> SessionImpl::partial_run_setup(const std::vector<Tensor
   control.trace = options.trace;
   control.epoch = epoch_;
   // Started before it is registered: nothing else can reach it meanwhile.
-  arena_.execute([&] { run->start(control); });
+  in_arena([&] { run->start(control); });
   bool registered = false;
   {
     std::lock_guard lock(runs_mu_);
@@ -207,7 +197,59 @@ Result<OpKernel*> SessionImpl::kernel_for(const Node& node) {
   return slot.get();
 }
 
+Status SessionImpl::extend(const Graph& grown) {
+  GRAPHRUN_RETURN_IF_ERROR(check_open());
+  std::unique_lock graph_lock(graph_mu_);
+  const auto before = static_cast<std::size_t>(graph_.num_nodes());
+  GRAPHRUN_RETURN_IF_ERROR(graph_.append_nodes_from(grown).with_prefix("Session::extend"));
+  const auto after = static_cast<std::size_t>(graph_.num_nodes());
+  if (after == before) return Status::ok();
+  // No plan is being compiled (that holds graph_mu_ shared): the kernel
+  // tables can grow.
+  std::lock_guard kernels_lock(kernels_mu_);
+  kernels_.resize(after);
+  auto ptrs = std::unique_ptr<std::atomic<OpKernel*>[]>(new std::atomic<OpKernel*>[after]());
+  for (std::size_t i = 0; i < before; ++i) {
+    ptrs[i].store(kernel_ptrs_[i].load(std::memory_order_relaxed), std::memory_order_relaxed);
+  }
+  kernel_ptrs_ = std::move(ptrs);  // published to readers by graph_mu_'s unlock
+  return Status::ok();
+}
+
+template <typename FeedRefs>
+Result<std::pair<Signature, std::shared_ptr<PlanEntry>>> SessionImpl::prepare(
+    const FeedRefs& feeds, const std::vector<TensorRef>& fetches,
+    const std::vector<TargetRef>& targets, bool partial) {
+  std::shared_lock graph_lock(graph_mu_);
+  GRAPHRUN_ASSIGN_OR_RETURN(Signature sig, resolve(feeds, fetches, targets));
+  if (partial) {
+    // A partial run declares each fetch and target once.
+    std::vector<Output> unique_fetches;
+    for (const Output& o : sig.fetches) {
+      if (std::find(unique_fetches.begin(), unique_fetches.end(), o) == unique_fetches.end()) {
+        unique_fetches.push_back(o);
+      }
+    }
+    sig.fetches = std::move(unique_fetches);
+    std::sort(sig.targets.begin(), sig.targets.end());
+    sig.targets.erase(std::unique(sig.targets.begin(), sig.targets.end()), sig.targets.end());
+    sig.partial = true;
+  }
+  GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<PlanEntry> entry, plan_for(sig));
+  return std::pair<Signature, std::shared_ptr<PlanEntry>>(std::move(sig), std::move(entry));
+}
+
 Result<Output> SessionImpl::resolve_tensor(const TensorRef& ref) const {
+  std::shared_lock graph_lock(graph_mu_);
+  return resolve_tensor_locked(ref);
+}
+
+Result<const Node*> SessionImpl::resolve_target(const TargetRef& ref) const {
+  std::shared_lock graph_lock(graph_mu_);
+  return resolve_target_locked(ref);
+}
+
+Result<Output> SessionImpl::resolve_tensor_locked(const TensorRef& ref) const {
   if (ref.is_output()) {
     const Output& o = ref.output();
     const Node* n = o.node();
@@ -221,7 +263,7 @@ Result<Output> SessionImpl::resolve_tensor(const TensorRef& ref) const {
   return o;
 }
 
-Result<const Node*> SessionImpl::resolve_target(const TargetRef& ref) const {
+Result<const Node*> SessionImpl::resolve_target_locked(const TargetRef& ref) const {
   if (ref.node() != nullptr) {
     const Node* n = ref.node();
     if (n->id() >= graph_.num_nodes() || graph_.node(n->id())->name() != n->name()) {
@@ -252,7 +294,7 @@ Result<Signature> SessionImpl::resolve_impl(const FeedRefs& feeds, RefOf ref_of,
   sig.feeds.reserve(feeds.size());
   for (const auto& feed : feeds) {
     const TensorRef& f = ref_of(feed);
-    Result<Output> o = resolve_tensor(f);
+    Result<Output> o = resolve_tensor_locked(f);
     if (!o.is_ok()) return o.status().with_prefix(fmt::format("feed '{}'", f.to_string()));
     if (std::find(sig.feeds.begin(), sig.feeds.end(), *o) != sig.feeds.end()) {
       return invalid_argument("tensor '{}' is fed more than once", o->name());
@@ -277,12 +319,12 @@ Result<Signature> SessionImpl::resolve_impl(const FeedRefs& feeds, RefOf ref_of,
       return invalid_argument("fetch '{}': {} has {} output(s)", f.to_string(),
                               f.output().node()->describe(), f.output().node()->num_outputs());
     }
-    Result<Output> o = resolve_tensor(f);
+    Result<Output> o = resolve_tensor_locked(f);
     if (!o.is_ok()) return o.status().with_prefix(fmt::format("fetch '{}'", f.to_string()));
     sig.fetches.push_back(*o);
   }
   for (const TargetRef& t : targets) {
-    GRAPHRUN_ASSIGN_OR_RETURN(const Node* n, resolve_target(t));
+    GRAPHRUN_ASSIGN_OR_RETURN(const Node* n, resolve_target_locked(t));
     sig.targets.push_back(n);
   }
   return sig;
@@ -333,7 +375,7 @@ Result<std::shared_ptr<PlanEntry>> SessionImpl::plan_for(const Signature& sig) {
   if (!plan.is_ok()) return plan.status();
   std::vector<std::shared_ptr<PlanEntry>> evicted;
   std::shared_ptr<PlanEntry> entry = cache_.insert(key, std::move(*plan), &evicted);
-  if (!evicted.empty()) arena_.execute([&] { evicted.clear(); });
+  if (!evicted.empty()) in_arena([&] { evicted.clear(); });
   return entry;
 }
 
@@ -374,7 +416,7 @@ Status SessionImpl::execute(PlanEntry& entry, std::span<const Tensor> feeds, std
   control.epoch = epoch_;
 
   Status status;
-  arena_.execute([&] {
+  in_arena([&] {
     std::unique_ptr<FlowInstance> inst = entry.pool.take();
     if (inst == nullptr) inst = std::make_unique<FlowInstance>(plan, runtime_);
     RunState& state = inst->state();
@@ -395,8 +437,8 @@ Result<std::vector<Tensor>> SessionImpl::run(const FeedList& feeds,
                                              const std::vector<TargetRef>& targets,
                                              const RunOptions& options, RunMetadata* metadata) {
   GRAPHRUN_RETURN_IF_ERROR(check_open());
-  GRAPHRUN_ASSIGN_OR_RETURN(Signature sig, resolve(feeds, fetches, targets));
-  GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<PlanEntry> entry, plan_for(sig));
+  GRAPHRUN_ASSIGN_OR_RETURN(auto prepared, prepare(feeds, fetches, targets, /*partial=*/false));
+  const std::shared_ptr<PlanEntry>& entry = prepared.second;
   std::vector<Tensor> values;
   values.reserve(feeds.size());
   for (const Feed& f : feeds) values.push_back(f.value);
@@ -410,9 +452,8 @@ Result<Callable> SessionImpl::make_callable(const std::vector<TensorRef>& feeds,
                                             const std::vector<TensorRef>& fetches,
                                             const std::vector<TargetRef>& targets) {
   GRAPHRUN_RETURN_IF_ERROR(check_open());
-  GRAPHRUN_ASSIGN_OR_RETURN(Signature sig, resolve(feeds, fetches, targets));
-  GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<PlanEntry> entry, plan_for(sig));
-  return Callable(std::make_unique<CallableImpl>(this, std::move(entry)));
+  GRAPHRUN_ASSIGN_OR_RETURN(auto prepared, prepare(feeds, fetches, targets, /*partial=*/false));
+  return Callable(std::make_unique<CallableImpl>(this, std::move(prepared.second)));
 }
 
 }  // namespace graphrun::sched

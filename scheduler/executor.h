@@ -7,18 +7,19 @@
 #include <graphrun/op_kernel.h>
 #include <graphrun/session.h>
 
-#include <oneapi/tbb/task_arena.h>
-
 #include <atomic>
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <shared_mutex>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "scheduler/plan.h"
 #include "scheduler/plan_cache.h"
+#include "scheduler/thread_pool.h"
 #include "scheduler/timer.h"
 
 namespace graphrun::sched {
@@ -39,6 +40,8 @@ class SessionImpl {
                                  const std::vector<TensorRef>& fetches,
                                  const std::vector<TargetRef>& targets);
   Status close();
+  // Appends the nodes `grown` has beyond the session's graph.
+  Status extend(const Graph& grown);
 
   // Partial runs (scheduler/partial_run.{h,cc}).
   Result<PartialRunHandle> partial_run_setup(const std::vector<TensorRef>& fetches,
@@ -60,13 +63,26 @@ class SessionImpl {
   std::size_t num_cached_plans() const { return cache_.size(); }
   Status check_open() const;
 
+  // Name or handle -> the session graph's node (takes graph_mu_ shared).
   Result<Output> resolve_tensor(const TensorRef& ref) const;
   Result<const Node*> resolve_target(const TargetRef& ref) const;
-  tbb::task_arena& arena() { return arena_; }
+  // Runs fn inside the session's arena (see ThreadPool::Impl::execute).
+  template <typename F>
+  void in_arena(F&& fn) {
+    pool_->impl().execute(std::forward<F>(fn));
+  }
   const KernelRuntime& runtime() const { return runtime_; }
   Timer& timer() { return timer_; }
 
  private:
+  // The same with graph_mu_ held by the caller.
+  Result<Output> resolve_tensor_locked(const TensorRef& ref) const;
+  Result<const Node*> resolve_target_locked(const TargetRef& ref) const;
+  // Resolves a signature and finds or compiles its plan, under graph_mu_.
+  template <typename FeedRefs>
+  Result<std::pair<Signature, std::shared_ptr<PlanEntry>>> prepare(
+      const FeedRefs& feeds, const std::vector<TensorRef>& fetches,
+      const std::vector<TargetRef>& targets, bool partial);
   std::string new_partial_run_id();
   void schedule_idle_sweep();
   void sweep_idle_partial_runs();
@@ -83,15 +99,20 @@ class SessionImpl {
   Result<std::shared_ptr<PlanEntry>> plan_for(const Signature& sig);
   Result<OpKernel*> kernel_for(const Node& node);
 
-  Graph graph_;
+  // The graph grows (extend) while runs resolve names and compile plans:
+  // those hold graph_mu_ shared, extend holds it exclusive. Nodes are never
+  // changed or removed, so compiled plans and running steps need no lock.
+  mutable std::shared_mutex graph_mu_;
+  Graph graph_;  // guarded by graph_mu_
   SessionOptions options_;
-  tbb::task_arena arena_;
+  std::shared_ptr<ThreadPool> pool_;  // outlives everything built in its arena
   KernelRuntime runtime_;
   ResourceManager resources_;
   PlanCache cache_;
   std::mutex kernels_mu_;
   std::vector<std::unique_ptr<OpKernel>> kernels_;  // by node id; guarded by kernels_mu_
-  // The same pointers for lock-free lookup once made (null until then).
+  // The same pointers for lock-free lookup once made (null until then);
+  // read under graph_mu_ shared, reallocated by extend under it exclusive.
   std::unique_ptr<std::atomic<OpKernel*>[]> kernel_ptrs_;
   std::atomic<bool> closed_{false};
   std::atomic<int64_t> next_step_id_{1};

@@ -226,7 +226,7 @@ Result<std::vector<Tensor>> PartialRun::call(const FeedList& feeds,
                                          id_, timeout.count()));
         });
   }
-  session->arena().execute([&] {
+  session->in_arena([&] {
     for (int k : awaited) install_waiter(k);
     // seq_cst read after installing (see RunState::record_error): an error
     // recorded before the handles existed is seen here.
@@ -286,7 +286,7 @@ void PartialRun::end(const Status& status) {
     inst.reset();
   };
   if (session != nullptr) {
-    session->arena().execute(finish);
+    session->in_arena(finish);
   } else {
     finish();
   }

@@ -36,6 +36,7 @@ Result<Callable> Session::make_callable(const std::vector<TensorRef>& feeds,
 }
 
 Status Session::close() { return impl_->close(); }
+Status Session::extend(const Graph& grown) { return impl_->extend(grown); }
 
 Result<PartialRunHandle> Session::partial_run_setup(const std::vector<TensorRef>& fetches,
                                                     const std::vector<TensorRef>& feeds,

@@ -92,6 +92,68 @@ Graph Graph::clone() const {
   return copy;
 }
 
+Status Graph::append_nodes_from(const Graph& grown) {
+  if (&grown == this) return Status::ok();
+  if (!grown.status().is_ok()) {
+    return grown.status().with_prefix("cannot extend from a graph with a build error");
+  }
+  if (grown.registry_ != registry_) {
+    return invalid_argument("cannot extend from a graph that uses another op registry");
+  }
+  const std::size_t have = nodes_.size();
+  if (grown.nodes_.size() < have) {
+    return invalid_argument(
+        "the graph to extend from has {} node(s), fewer than the {} already here: it must be "
+        "this graph grown with new nodes",
+        grown.nodes_.size(), have);
+  }
+  auto same_node = [](const Node& a, const Node& b) {
+    if (a.name_ != b.name_ || a.op_ != b.op_ || a.inputs_.size() != b.inputs_.size() ||
+        a.control_inputs_.size() != b.control_inputs_.size()) {
+      return false;
+    }
+    for (std::size_t i = 0; i < a.inputs_.size(); ++i) {
+      if (a.inputs_[i].node()->id() != b.inputs_[i].node()->id() ||
+          a.inputs_[i].index() != b.inputs_[i].index()) {
+        return false;
+      }
+    }
+    for (std::size_t i = 0; i < a.control_inputs_.size(); ++i) {
+      if (a.control_inputs_[i]->id() != b.control_inputs_[i]->id()) return false;
+    }
+    return true;
+  };
+  for (std::size_t id = 0; id < have; ++id) {
+    const Node& mine = *nodes_[id];
+    const Node& theirs = *grown.nodes_[id];
+    if (!same_node(mine, theirs)) {
+      return invalid_argument(
+          "cannot extend: node {} of the given graph is {} but here it is {} (changed since, or "
+          "not a graph grown from this one)",
+          id, theirs.describe(), mine.describe());
+    }
+  }
+  nodes_.reserve(grown.nodes_.size());
+  for (std::size_t id = have; id < grown.nodes_.size(); ++id) {
+    auto c = std::unique_ptr<Node>(new Node(*grown.nodes_[id]));
+    c->graph_ = this;
+    // Inputs point at earlier nodes: remap them into this graph by id.
+    for (Output& in : c->inputs_) in = Output(nodes_[in.node()->id()].get(), in.index());
+    for (const Node*& dep : c->control_inputs_) dep = nodes_[dep->id()].get();
+    by_name_.emplace(c->name_, static_cast<int>(id));
+    nodes_.push_back(std::move(c));
+  }
+  for (const auto& [key, list] : grown.collections_) {
+    auto& mine = collections_[key];
+    for (const Node* n : list) {
+      if (static_cast<std::size_t>(n->id()) >= have) mine.push_back(nodes_[n->id()].get());
+    }
+  }
+  seed_ = grown.seed_;
+  op_seed_counter_ = std::max(op_seed_counter_, grown.op_seed_counter_);
+  return Status::ok();
+}
+
 std::string Graph::scoped(std::string_view base) const {
   if (scope_.empty()) return std::string(base);
   return fmt::format("{}/{}", scope_, base);

@@ -13,6 +13,7 @@
 namespace graphrun {
 namespace {
 
+using ::testing::ElementsAre;
 using testing::IsOk;
 using testing::IsOkAndHolds;
 using testing::make_session;
@@ -303,6 +304,75 @@ TEST(SessionTest, CloseInterruptsARunWhoseKernelPolls) {
   EXPECT_THAT(s->close(), IsOk());
   ASSERT_EQ(run.wait_for(std::chrono::seconds(5)), std::future_status::ready);
   EXPECT_THAT(run.get(), StatusIs(StatusCode::kCancelled, "Session has been closed."));
+}
+
+TEST(SessionTest, ExtendAddsNodesThatNewRunsCanUse) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape(), "x");
+  Output y = ops::Mul(g, x, ops::Const(g, Tensor(2.0f)), "y");
+  auto s = make_session(g);
+  ASSERT_THAT(s->run({{x, Tensor(3.0f)}}, {y}), IsOk());  // a plan compiled before
+  // Grow the same Graph object, then extend the session with it.
+  Output z = ops::Add(g, y, ops::Const(g, Tensor(1.0f)), "z");
+  EXPECT_THAT(s->run({{x, Tensor(3.0f)}}, {"z"}), StatusIs(StatusCode::kNotFound, "'z'"));
+  ASSERT_THAT(s->extend(g), IsOk());
+  EXPECT_EQ(s->graph().num_nodes(), g.num_nodes());
+  EXPECT_THAT(s->run({{x, Tensor(3.0f)}}, {z}), IsOkAndHolds(ElementsAre(TensorEq(Tensor(7.0f)))));
+  EXPECT_THAT(s->run({{"x", Tensor(1.0f)}}, {"z", "y"}),
+              IsOkAndHolds(ElementsAre(TensorEq(Tensor(3.0f)), TensorEq(Tensor(2.0f)))));
+  // Extending again with nothing new is a no-op.
+  EXPECT_THAT(s->extend(g), IsOk());
+}
+
+TEST(SessionTest, ExtendAddsVariablesAndTheirInitializers) {
+  Graph g;
+  Output a = ops::Variable(g, Tensor(1.0f), "a");
+  const Node* init_a = ops::GlobalVariablesInitializer(g, "init_a");
+  auto s = make_session(g);
+  ASSERT_THAT(s->run({}, {}, {init_a}), IsOk());
+  Output b = ops::Variable(g, Tensor(5.0f), "b");
+  const Node* init_all = ops::GlobalVariablesInitializer(g, "init_all");
+  Output sum = ops::Add(g, a, b, "sum");
+  ASSERT_THAT(s->extend(g), IsOk());
+  ASSERT_THAT(s->run({}, {}, {init_all}), IsOk());
+  EXPECT_THAT(s->run({}, {sum}), IsOkAndHolds(ElementsAre(TensorEq(Tensor(6.0f)))));
+}
+
+TEST(SessionTest, ExtendRejectsAGraphThatIsNotAGrownCopy) {
+  Graph g;
+  ops::Placeholder(g, DType::kFloat32, Shape(), "x");
+  auto s = make_session(g);
+  Graph other;
+  ops::Const(other, Tensor(1.0f), "c");
+  ops::Const(other, Tensor(1.0f), "d");
+  EXPECT_THAT(s->extend(other), StatusIs(StatusCode::kInvalidArgument, "node 'c' (Const)"));
+  Graph smaller;
+  EXPECT_THAT(s->extend(smaller), StatusIs(StatusCode::kInvalidArgument, "fewer"));
+  Graph broken;
+  ops::Const(broken, Tensor(1.0f), "c");
+  ops::Add(broken, ops::Const(broken, Tensor(1.0f)), ops::Const(broken, Tensor(1)), "bad");
+  EXPECT_THAT(s->extend(broken), StatusIs(StatusCode::kInvalidArgument, "build error"));
+  // Nothing was added by the failed calls.
+  EXPECT_EQ(s->graph().num_nodes(), 1);
+}
+
+TEST(SessionTest, ExtendRejectsAChangedNode) {
+  Graph g;
+  Output x = ops::Const(g, Tensor(1.0f), "x");
+  Output y = ops::Identity(g, x, "y");
+  auto s = make_session(g);
+  Node* yn = g.mutable_node(y.node()->id());
+  ASSERT_THAT(g.add_control_input(yn, ops::NoOp(g, "later")), IsOk());
+  EXPECT_THAT(s->extend(g), StatusIs(StatusCode::kInvalidArgument, "node 'y' (Identity)"));
+}
+
+TEST(SessionTest, ExtendAfterCloseIsCancelled) {
+  Graph g;
+  ops::Const(g, Tensor(1.0f), "c");
+  auto s = make_session(g);
+  ASSERT_THAT(s->close(), IsOk());
+  ops::Const(g, Tensor(2.0f), "d");
+  EXPECT_THAT(s->extend(g), StatusIs(StatusCode::kCancelled, "closed"));
 }
 
 TEST(SessionTest, InvalidOptions) {

@@ -161,6 +161,13 @@ class Graph {
   // up by name or by node id).
   Graph clone() const;
 
+  // Appends the nodes `grown` has beyond this graph's: `grown` must be this
+  // graph (or a clone of it) with nodes added since, its first num_nodes()
+  // nodes matching this graph's by name, op, inputs and control inputs.
+  // Copies the new nodes, their collection entries and the seed state;
+  // nothing is changed on error. Existing Node pointers stay valid.
+  Status append_nodes_from(const Graph& grown);
+
   // Validates the op, the inputs (count, dtypes, same graph), the attrs
   // (filling defaults), infers output dtypes and shapes, and picks a unique
   // name. On error returns it, and also records it in status().

@@ -12,9 +12,29 @@
 // or deep_copy() before writing into them. Variables, random generators and
 // iterators keep their state across runs of one session.
 //
-// Thread safety: thread-safe for run() and close() from any number of
-// threads. The session copies the graph at creation; later changes to the
-// Graph object do not affect it. Destroying a session waits for its runs.
+// Thread safety (the contract):
+// - Every method may be called from any number of threads at once: run,
+//   make_callable and Callable::run, partial_run_setup, partial_run (on
+//   different handles; one handle's calls are serialized), cancel_partial_run,
+//   extend and close. graph() is the one exception: it must not be used while
+//   extend() runs.
+// - Ordering: within one step, a node runs after its data and control
+//   inputs, and sees their effects (a read ordered after a write by an edge
+//   sees the write). Between concurrent steps there is no order; each
+//   variable update (Assign*, use_locking) is atomic, each read a consistent
+//   snapshot, random ops and iterators hand every step its own draws and
+//   elements.
+// - close() makes later calls fail with Cancelled and cancels the calls in
+//   flight: they return Cancelled at the next node boundary, or as soon as a
+//   running kernel polls OpKernelContext::is_cancelled(). Destroying a
+//   session cancels its open partial runs and waits for the work they
+//   started; every other call must have returned by then (as in TF,
+//   destroying a session that a call is still using is a use-after-free).
+// - Callers may themselves be oneTBB worker threads (a kernel, a
+//   parallel_for body, another arena): the session waits only by helping,
+//   never by blocking a thread the work needs.
+// The session copies the graph at creation; later changes to the Graph
+// object do not affect it until extend().
 #pragma once
 
 #include <graphrun/graph.h>
@@ -37,9 +57,35 @@ class CallableImpl;
 class PartialRun;
 }  // namespace sched
 
+// A pool of threads (a oneTBB task arena) that sessions can share. The
+// threads executing the kernels of all sessions using one pool, inter-op
+// and intra-op alike, never exceed num_threads(); callers help run their own
+// work and count against that number while they do.
+// Thread safety: thread-safe. Shared ownership: each session using the pool
+// keeps it alive.
+class ThreadPool {
+ public:
+  // `threads` = 0: one per core.
+  static Result<std::shared_ptr<ThreadPool>> create(int threads = 0);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+  int num_threads() const;
+
+  struct Impl;
+  Impl& impl() { return *impl_; }
+
+ private:
+  explicit ThreadPool(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
 struct SessionOptions {
-  // Threads executing kernels (inter- and intra-op share them); 0 = all cores.
+  // Threads executing kernels (inter- and intra-op share them); 0 = all
+  // cores. The session owns a pool of this size unless `thread_pool` is set.
   int inter_op_threads = 0;
+  // A pool shared with other sessions (inter_op_threads is then ignored).
+  std::shared_ptr<ThreadPool> thread_pool;
   // Distinct (feeds, fetches, targets) signatures whose compiled plans are
   // kept; the least recently used is dropped past this.
   std::size_t plan_cache_capacity = 128;
@@ -178,11 +224,19 @@ class Session {
   // Partial runs currently open.
   std::size_t num_open_partial_runs() const;
 
+  // Adds to the session's graph the nodes `grown` has beyond it (TF's
+  // Session::Extend): `grown` is the graph the session was created from,
+  // with nodes added since. Outputs and node pointers of `grown` then name
+  // the session's copies. Existing nodes must be unchanged (InvalidArgument
+  // naming the first one that differs). Safe while other threads run:
+  // compiled plans stay valid; new signatures may use the new nodes.
+  Status extend(const Graph& grown);
+
   // Cancels runs and partial runs in flight (they return Cancelled); later
   // calls return Cancelled "Session has been closed.". Idempotent.
   Status close();
 
-  // The session's copy of the graph.
+  // The session's copy of the graph. Not to be used while extend() runs.
   const Graph& graph() const;
   // Number of compiled plans currently cached.
   std::size_t num_cached_plans() const;
