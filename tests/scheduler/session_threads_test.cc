@@ -1,0 +1,254 @@
+// Threads and sessions (issue 4): the peak number of threads running a
+// session's kernels never exceeds its pool, pools shared by sessions, graph
+// extension while other threads run, callers that are themselves inside an
+// arena.
+#include <graphrun/graphrun.h>
+#include <gtest/gtest.h>
+
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include <atomic>
+#include <chrono>
+#include <future>
+#include <latch>
+#include <thread>
+#include <vector>
+
+#include "tests/testing/op_harness.h"
+
+namespace graphrun {
+namespace {
+
+using ::testing::ElementsAre;
+using testing::IsOk;
+using testing::IsOkAndHolds;
+using testing::StatusIs;
+using testing::TensorEq;
+
+// Counts the threads inside instrumented kernels, keeping the peak.
+struct ConcurrencyProbe {
+  std::atomic<int> active{0};
+  std::atomic<int> peak{0};
+
+  void enter() {
+    const int now = active.fetch_add(1) + 1;
+    int seen = peak.load();
+    while (now > seen && !peak.compare_exchange_weak(seen, now)) {
+    }
+  }
+  void leave() { active.fetch_sub(1); }
+};
+
+void spin_for(std::chrono::microseconds d) {
+  const auto until = std::chrono::steady_clock::now() + d;
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
+// parts[0] + parts[1] + ..., the last node named `name`.
+Output add_all(Graph& g, const std::vector<Output>& parts, std::string_view name) {
+  Output sum = parts[0];
+  for (std::size_t i = 1; i + 1 < parts.size(); ++i) sum = ops::Add(g, sum, parts[i]);
+  return ops::Add(g, sum, parts.back(), name);
+}
+
+// `width` independent probed nodes (each busy for `busy`, half of them also
+// using intra-op parallel_for), summed into one output.
+Output wide_probed_graph(Graph& g, ConcurrencyProbe* probe, int width,
+                         std::chrono::microseconds busy) {
+  std::vector<Output> parts;
+  for (int i = 0; i < width; ++i) {
+    const bool intra = i % 2 == 1;
+    parts.push_back(ops::Call(g, {}, {DType::kFloat32},
+                              [probe, busy, intra](OpKernelContext& ctx) -> Status {
+                                if (intra) {
+                                  ctx.parallel_for(8, 1, [&](int64_t begin, int64_t end) {
+                                    for (int64_t k = begin; k < end; ++k) {
+                                      probe->enter();
+                                      spin_for(busy / 8);
+                                      probe->leave();
+                                    }
+                                  });
+                                } else {
+                                  probe->enter();
+                                  spin_for(busy);
+                                  probe->leave();
+                                }
+                                return ctx.set_output(0, Tensor(1.0f));
+                              },
+                              {.output_shapes = {Shape()}, .stateful = true})[0]);
+  }
+  return add_all(g, parts, "total");
+}
+
+// Runs `fn` on `callers` threads at once; fails the test past 60 s.
+template <typename Fn>
+void on_threads(int callers, Fn fn) {
+  std::latch start(callers);
+  std::vector<std::future<void>> done;
+  for (int t = 0; t < callers; ++t) {
+    done.push_back(std::async(std::launch::async, [&, t] {
+      start.arrive_and_wait();
+      fn(t);
+    }));
+  }
+  for (auto& f : done) {
+    ASSERT_EQ(f.wait_for(std::chrono::seconds(60)), std::future_status::ready) << "hung";
+    f.get();
+  }
+}
+
+TEST(SessionThreadsTest, PeakKernelConcurrencyNeverExceedsThePoolSize) {
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(threads);
+    Graph g;
+    ConcurrencyProbe probe;
+    Output total = wide_probed_graph(g, &probe, 8, std::chrono::microseconds(500));
+    SessionOptions options;
+    options.inter_op_threads = threads;
+    auto s = testing::make_session(g, options);
+    on_threads(6, [&](int) {
+      for (int r = 0; r < 5; ++r) {
+        EXPECT_THAT(s->run({}, {total}), IsOkAndHolds(ElementsAre(TensorEq(Tensor(8.0f)))));
+      }
+    });
+    EXPECT_GE(probe.peak.load(), 1);
+    EXPECT_LE(probe.peak.load(), threads);
+  }
+}
+
+TEST(SessionThreadsTest, SessionsSharingAPoolShareItsThreads) {
+  Result<std::shared_ptr<ThreadPool>> pool = ThreadPool::create(2);
+  ASSERT_THAT(pool.status(), IsOk());
+  EXPECT_EQ((*pool)->num_threads(), 2);
+  ConcurrencyProbe probe;  // shared by both sessions' kernels
+  Graph g1, g2;
+  Output t1 = wide_probed_graph(g1, &probe, 6, std::chrono::microseconds(500));
+  Output t2 = wide_probed_graph(g2, &probe, 6, std::chrono::microseconds(500));
+  SessionOptions options;
+  options.thread_pool = *pool;
+  options.inter_op_threads = 64;  // ignored: the pool decides
+  auto s1 = testing::make_session(g1, options);
+  auto s2 = testing::make_session(g2, options);
+  on_threads(6, [&](int t) {
+    Session& s = t % 2 == 0 ? *s1 : *s2;
+    const Output& total = t % 2 == 0 ? t1 : t2;
+    for (int r = 0; r < 5; ++r) {
+      EXPECT_THAT(s.run({}, {total}), IsOkAndHolds(ElementsAre(TensorEq(Tensor(6.0f)))));
+    }
+  });
+  EXPECT_LE(probe.peak.load(), 2);
+  // The pool outlives the sessions that share it, and can serve a new one.
+  s1.reset();
+  s2.reset();
+  auto s3 = testing::make_session(g1, options);
+  EXPECT_THAT(s3->run({}, {t1}), IsOkAndHolds(ElementsAre(TensorEq(Tensor(6.0f)))));
+}
+
+TEST(SessionThreadsTest, InvalidPoolSizeIsRejected) {
+  EXPECT_THAT(ThreadPool::create(-1).status(), StatusIs(StatusCode::kInvalidArgument, "threads"));
+}
+
+// A kernel that runs another session (sharing the pool, or not) and the
+// same session under another signature, from inside the arena.
+TEST(SessionThreadsTest, KernelsMayCallSessionsWithoutDeadlock) {
+  for (int threads : {1, 2}) {
+    SCOPED_TRACE(threads);
+    Result<std::shared_ptr<ThreadPool>> pool = ThreadPool::create(threads);
+    ASSERT_THAT(pool.status(), IsOk());
+    Graph inner_g;
+    Output ix = ops::Placeholder(inner_g, DType::kFloat32, Shape(), "x");
+    Output iy = ops::Mul(inner_g, ix, ops::Const(inner_g, Tensor(10.0f)), "y");
+    SessionOptions options;
+    options.thread_pool = *pool;
+    auto shared_inner = testing::make_session(inner_g, options);
+    auto own_inner = testing::make_session(inner_g);
+
+    Graph g;
+    Output c = ops::Const(g, Tensor(2.0f), "c");
+    Output sq = ops::Square(g, c, "sq");
+    Session* self = nullptr;
+    std::vector<Output> calls;
+    for (int i = 0; i < 4; ++i) {
+      calls.push_back(ops::Call(
+          g, {c}, {DType::kFloat32},
+          [&, i](OpKernelContext& ctx) -> Status {
+            Session& inner = i % 2 == 0 ? *shared_inner : *own_inner;
+            GRAPHRUN_ASSIGN_OR_RETURN(std::vector<Tensor> a, inner.run({{ix, ctx.input(0)}}, {iy}));
+            GRAPHRUN_ASSIGN_OR_RETURN(std::vector<Tensor> b, self->run({}, {sq}));
+            return ctx.set_output(0,
+                                  Tensor(a[0].scalar<float>() + b[0].scalar<float>()));  // 20 + 4
+          },
+          {.output_shapes = {Shape()}})[0]);
+    }
+    Output total = add_all(g, calls, "total");
+    auto s = testing::make_session(g, options);
+    self = s.get();
+    on_threads(3, [&](int) {
+      for (int r = 0; r < 5; ++r) {
+        EXPECT_THAT(s->run({}, {total}), IsOkAndHolds(ElementsAre(TensorEq(Tensor(96.0f)))));
+      }
+    });
+  }
+}
+
+TEST(SessionThreadsTest, CallersInsideOneTbbTasksAndOtherArenas) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape(), "x");
+  Output y = ops::Add(g, ops::Square(g, x), x, "y");
+  auto s = testing::make_session(g);
+  std::atomic<int> ok{0};
+  auto check = [&](int i) {
+    const auto v = static_cast<float>(i);
+    Result<std::vector<Tensor>> out = s->run({{x, Tensor(v)}}, {y});
+    if (out.is_ok() && (*out)[0].scalar<float>() == v * v + v) ok.fetch_add(1);
+  };
+  auto done = std::async(std::launch::async, [&] {
+    tbb::parallel_for(0, 64, check);  // workers of the default arena
+    tbb::task_arena other(2);
+    other.execute([&] { tbb::parallel_for(64, 128, check); });
+  });
+  ASSERT_EQ(done.wait_for(std::chrono::seconds(60)), std::future_status::ready) << "hung";
+  EXPECT_EQ(ok.load(), 128);
+}
+
+TEST(SessionThreadsTest, ExtendWhileOtherThreadsRun) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape(), "x");
+  Output y = ops::Add(g, x, ops::Const(g, Tensor(1.0f)), "y");
+  auto s = testing::make_session(g);
+  constexpr int kExtensions = 40;
+  std::atomic<bool> extending{true};
+  std::atomic<int> runs{0};
+  auto extender = std::async(std::launch::async, [&] {
+    for (int i = 0; i < kExtensions; ++i) {
+      // Each new node adds i to y; run it right after extending.
+      Output z =
+          ops::Add(g, y, ops::Const(g, Tensor(static_cast<float>(i))), fmt::format("z{}", i));
+      EXPECT_THAT(s->extend(g), IsOk());
+      EXPECT_THAT(s->run({{x, Tensor(1.0f)}}, {z}),
+                  IsOkAndHolds(ElementsAre(TensorEq(Tensor(2.0f + static_cast<float>(i))))));
+    }
+    extending.store(false);
+  });
+  on_threads(3, [&](int t) {
+    int i = 0;
+    while (extending.load()) {
+      const auto v = static_cast<float>(t * 1000 + i++);
+      EXPECT_THAT(s->run({{"x", Tensor(v)}}, {"y"}),
+                  IsOkAndHolds(ElementsAre(TensorEq(Tensor(v + 1.0f)))));
+      runs.fetch_add(1);
+    }
+  });
+  ASSERT_EQ(extender.wait_for(std::chrono::seconds(60)), std::future_status::ready) << "hung";
+  extender.get();
+  EXPECT_GT(runs.load(), 0);
+  EXPECT_EQ(s->graph().num_nodes(), g.num_nodes());
+  // Every extension is still runnable by name.
+  EXPECT_THAT(s->run({{x, Tensor(0.0f)}}, {fmt::format("z{}", kExtensions - 1)}),
+              IsOkAndHolds(ElementsAre(TensorEq(Tensor(1.0f + kExtensions - 1)))));
+}
+
+}  // namespace
+}  // namespace graphrun
