@@ -117,7 +117,11 @@ Output Variable(Graph& g, Tensor initial_value, std::string_view name = {});
 Output Variable(Graph& g, Output initial_value, std::string_view name = {});
 
 struct AssignAttrs {
-  // Atomic with respect to other locked updates of the same variable.
+  // true: the read-modify-write is atomic with respect to every other locked
+  // update of the same variable (no update is ever lost). false (TF's
+  // use_locking=false): the new value is computed from a snapshot outside
+  // the lock and then swapped in, so concurrent updates may be lost; a
+  // reader still never sees a torn value (copy-on-write).
   bool use_locking = true;
 };
 // `var` is an Output of a Variable node. Each returns the new value.
