@@ -14,7 +14,9 @@ RunState::RunState(const Plan& plan, const KernelRuntime& runtime)
 
 void RunState::begin(const StepControl& control, std::span<const Tensor> feeds) {
   control_ = control;
-  cancelled_.store(false, std::memory_order_relaxed);
+  cancellation_.cancelled.store(false, std::memory_order_relaxed);
+  cancellation_.session_closed = control.session_closed;
+  cancellation_.deadline = control.deadline.value_or(std::chrono::steady_clock::time_point::max());
   failed_.store(false, std::memory_order_relaxed);
   status_ = Status::ok();
   for (int32_t s = 0; s < plan_.num_slots; ++s) {
@@ -50,7 +52,7 @@ void RunState::record_error(Status s) {
   // seq_cst: a partial-run waiter installs its wait handle, then reads
   // failed_; this path sets failed_, then scans the handles (Dekker).
   failed_.store(true);
-  cancelled_.store(true, std::memory_order_relaxed);  // advisory for kernels
+  cancellation_.cancelled.store(true, std::memory_order_relaxed);  // advisory for kernels
   if (listener_ != nullptr) listener_->on_error();
 }
 
@@ -69,7 +71,12 @@ void RunState::release_inputs(const NodeItem& item) {
 }
 
 bool RunState::should_skip(const NodeItem& item) {
-  if (cancelled_.load(std::memory_order_relaxed)) return true;  // relaxed: advisory skip
+  // relaxed: advisory skip
+  if (cancellation_.cancelled.load(std::memory_order_relaxed)) return true;
+  return check_interrupted(item, "before");
+}
+
+bool RunState::check_interrupted(const NodeItem& item, const char* when) {
   const uint8_t checks = checks_.load(std::memory_order_relaxed);
   if ((checks & ~kCheckTrace) == 0) return false;
   if ((checks & kCheckClosed) != 0 &&
@@ -79,7 +86,7 @@ bool RunState::should_skip(const NodeItem& item) {
   }
   if ((checks & kCheckDeadline) != 0 && std::chrono::steady_clock::now() > *control_.deadline) {
     record_error(
-        deadline_exceeded("the run's deadline expired before {} ran", item.node->describe()));
+        deadline_exceeded("the run's deadline expired {} {} ran", when, item.node->describe()));
     return true;
   }
   return false;
@@ -103,7 +110,7 @@ Status RunState::call_kernel(const NodeItem& item) noexcept {
       *item.node, slots_.data(),
       std::span<const int32_t>(plan_.input_slots.data() + item.input_begin,
                                static_cast<std::size_t>(item.input_end - item.input_begin)),
-      slots_.data() + item.output_base, runtime_, &cancelled_, control_.step_id);
+      slots_.data() + item.output_base, runtime_, &cancellation_, control_.step_id);
   try {
     Status s = item.kernel->compute(ctx);
     if (!s.is_ok()) return s;
@@ -149,6 +156,9 @@ void RunState::execute(int32_t i) noexcept {
   }
   if (!item.skip_kernel) {
     Status s = call_kernel(item);
+    // A kernel that stopped because the session closed or the deadline
+    // passed fails the step with that reason, whatever it returned.
+    if (check_interrupted(item, "while")) return;
     if (!s.is_ok()) {
       fail_node(item, s);
       return;

@@ -89,6 +89,9 @@ class RunState {
   // Whether node `item` must not run (cancelled, closed, past the deadline);
   // records why.
   bool should_skip(const NodeItem& item);
+  // Records why the step must stop if the session was closed or the
+  // deadline passed (checked after a kernel returns); true if so.
+  bool check_interrupted(const NodeItem& item, const char* when);
   Status call_kernel(const NodeItem& item) noexcept;
   // Cold paths, out of line.
   [[gnu::noinline, gnu::cold]] void fail_node(const NodeItem& item, const Status& s);
@@ -110,7 +113,9 @@ class RunState {
   std::unique_ptr<std::atomic<uint8_t>[]> stat_state_;
   std::vector<Tensor> slots_;
   std::unique_ptr<std::atomic<int32_t>[]> readers_;
-  std::atomic<bool> cancelled_{false};
+  // The step's cancel flag plus the closed flag and deadline, as kernels
+  // poll them.
+  StepCancellation cancellation_;
   std::atomic<bool> failed_{false};  // relaxed reads: a hint; status_ under mu_ decides
   std::mutex mu_;
   Status status_;

@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <thread>
 
 #include "tests/testing/op_harness.h"
@@ -238,7 +239,7 @@ TEST(SessionTest, SessionCopiesTheGraph) {
   EXPECT_THAT(s->run({}, {later}), StatusIs(StatusCode::kNotFound, "added_later"));
 }
 
-TEST(SessionTest, DeadlineStopsTheRunBeforeTheNextNode) {
+TEST(SessionTest, DeadlineExpiringWhileAKernelRunsFailsTheRunAfterThatKernel) {
   Graph g;
   std::atomic<int> second_ran{0};
   Output a = ops::Const(g, Tensor(1.0f), "a");
@@ -253,11 +254,55 @@ TEST(SessionTest, DeadlineStopsTheRunBeforeTheNextNode) {
   auto s = make_session(g);
   RunOptions opts;
   opts.timeout = std::chrono::milliseconds(5);
-  EXPECT_THAT(s->run({}, {after}, {}, opts), StatusIs(StatusCode::kDeadlineExceeded, "after"));
+  // The kernel does not poll: the run stops when it returns, naming it.
+  EXPECT_THAT(s->run({}, {after}, {}, opts),
+              StatusIs(StatusCode::kDeadlineExceeded, "expired while node 'slow'"));
   EXPECT_EQ(second_ran.load(), 0);
   // Without a deadline the same signature runs to the end.
   EXPECT_THAT(s->run({}, {after}), IsOk());
   EXPECT_EQ(second_ran.load(), 1);
+}
+
+// A kernel that polls is_cancelled() until told to stop (10 s at most).
+Output polling_kernel(Graph& g, std::atomic<int>* polls) {
+  return ops::Call(
+      g, {}, {DType::kFloat32},
+      [polls](OpKernelContext& ctx) -> Status {
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (!ctx.is_cancelled()) {
+          if (std::chrono::steady_clock::now() > give_up) return internal_error("never cancelled");
+          polls->fetch_add(1);
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        return cancelled("stopped polling");
+      },
+      {}, "poller")[0];
+}
+
+TEST(SessionTest, DeadlineInterruptsAKernelThatPolls) {
+  Graph g;
+  std::atomic<int> polls{0};
+  Output p = polling_kernel(g, &polls);
+  auto s = make_session(g);
+  RunOptions opts;
+  opts.timeout = std::chrono::milliseconds(20);
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THAT(s->run({}, {p}, {}, opts),
+              StatusIs(StatusCode::kDeadlineExceeded, "expired while node 'poller'"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_GT(polls.load(), 0);
+}
+
+TEST(SessionTest, CloseInterruptsARunWhoseKernelPolls) {
+  Graph g;
+  std::atomic<int> polls{0};
+  Output p = polling_kernel(g, &polls);
+  auto s = make_session(g);
+  auto run = std::async(std::launch::async, [&] { return s->run({}, {p}); });
+  while (polls.load() == 0) std::this_thread::yield();  // the kernel is running
+  EXPECT_THAT(s->close(), IsOk());
+  ASSERT_EQ(run.wait_for(std::chrono::seconds(5)), std::future_status::ready);
+  EXPECT_THAT(run.get(), StatusIs(StatusCode::kCancelled, "Session has been closed."));
 }
 
 TEST(SessionTest, InvalidOptions) {

@@ -33,6 +33,7 @@
 #include <graphrun/tensor.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -277,19 +278,37 @@ struct KernelRuntime {
   void (*parallel_for)(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn) = nullptr;
 };
 
+// What a step's kernels poll to stop early: the step failed or was
+// cancelled, the session was closed, or the run's deadline passed. Owned by
+// the scheduler (one per step); kernels only read it.
+// Thread safety: thread-safe to read while the step runs.
+struct StepCancellation {
+  std::atomic<bool> cancelled{false};
+  const std::atomic<bool>* session_closed = nullptr;
+  std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
+
+  bool is_cancelled() const {
+    // relaxed: advisory; the scheduler decides the step's status.
+    if (cancelled.load(std::memory_order_relaxed)) return true;
+    if (session_closed != nullptr && session_closed->load(std::memory_order_relaxed)) return true;
+    return deadline != std::chrono::steady_clock::time_point::max() &&
+           std::chrono::steady_clock::now() > deadline;
+  }
+};
+
 // What a kernel sees while it runs: its inputs and where its outputs go.
 // Thread safety: one context per node execution; not shared.
 class OpKernelContext {
  public:
   OpKernelContext(const Node& node, const Tensor* slots, std::span<const int32_t> input_slots,
-                  Tensor* outputs, const KernelRuntime& runtime, const std::atomic<bool>* cancelled,
-                  int64_t step_id)
+                  Tensor* outputs, const KernelRuntime& runtime,
+                  const StepCancellation* cancellation, int64_t step_id)
       : node_(node),
         slots_(slots),
         input_slots_(input_slots),
         outputs_(outputs),
         runtime_(runtime),
-        cancelled_(cancelled),
+        cancellation_(cancellation),
         step_id_(step_id) {}
 
   const Node& node() const { return node_; }
@@ -311,11 +330,11 @@ class OpKernelContext {
   // on the session's threads (the caller helps). Sequential when n <= grain.
   void parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn) const;
 
-  // True once the step was cancelled or failed; long kernels should poll it
-  // and return Cancelled.
-  bool is_cancelled() const {
-    return cancelled_ != nullptr && cancelled_->load(std::memory_order_relaxed);  // advisory
-  }
+  // True once the step failed or was cancelled, the session was closed, or
+  // the run's deadline passed. Long kernels should poll it (it costs a clock
+  // read when the run has a deadline) and then return any error: the run
+  // reports Cancelled or DeadlineExceeded, not the kernel's status.
+  bool is_cancelled() const { return cancellation_ != nullptr && cancellation_->is_cancelled(); }
   int64_t step_id() const { return step_id_; }
 
  private:
@@ -324,7 +343,7 @@ class OpKernelContext {
   std::span<const int32_t> input_slots_;
   Tensor* outputs_;
   const KernelRuntime& runtime_;
-  const std::atomic<bool>* cancelled_;
+  const StepCancellation* cancellation_;
   int64_t step_id_;
 };
 
