@@ -25,9 +25,16 @@ function(graphrun_add_test)
   target_link_libraries(${ARG_NAME} PRIVATE graphrun::graphrun graphrun_testing GTest::gtest
                         GTest::gmock GTest::gtest_main graphrun_warnings ${ARG_DEPS})
   target_include_directories(${ARG_NAME} PRIVATE ${PROJECT_SOURCE_DIR})
-  gtest_discover_tests(${ARG_NAME} TEST_PREFIX "${ARG_NAME}." DISCOVERY_TIMEOUT 60
-                       PROPERTIES LABELS "${ARG_LABELS}"
-                       TIMEOUT 300)
+  gtest_discover_tests(${ARG_NAME} TEST_PREFIX "${ARG_NAME}." DISCOVERY_TIMEOUT 60)
+  # Labels and timeout are set from a script ctest includes after the
+  # discovered list: gtest_discover_tests(PROPERTIES LABELS "a;b") loses all
+  # but the first label (and swallows what follows) in CMake 3.25.
+  set(props "${CMAKE_CURRENT_BINARY_DIR}/${ARG_NAME}_properties.cmake")
+  file(WRITE "${props}"
+       "if(DEFINED ${ARG_NAME}_TESTS)\n"
+       "  set_tests_properties(\${${ARG_NAME}_TESTS} PROPERTIES LABELS \"${ARG_LABELS}\" TIMEOUT 300)\n"
+       "endif()\n")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${props}")
 endfunction()
 
 # graphrun_add_bench(NAME <name> SOURCES <files...> [DEPS <targets...>])

@@ -7,6 +7,7 @@
 #include <oneapi/tbb/parallel_for.h>
 
 #include <algorithm>
+#include <thread>
 #include <unordered_set>
 
 namespace graphrun::sched {
@@ -44,6 +45,12 @@ SessionImpl::~SessionImpl() {
   closed_.store(true);
   // Open partial runs end now; their handles become inert.
   for (const std::shared_ptr<PartialRun>& run : open_partial_runs()) run->detach();
+  // Calls in flight on other threads see closed_ at their next node (or
+  // when their kernel polls) and return Cancelled; wait until they have.
+  // acquire: pairs with CallScope's release, so they no longer touch us.
+  while (calls_in_flight_.load(std::memory_order_acquire) != 0) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
   // Flow graphs are destroyed inside the arena they belong to.
   std::vector<std::shared_ptr<PlanEntry>> entries = cache_.take_all();
   in_arena([&] { entries.clear(); });
@@ -106,6 +113,7 @@ Result<PartialRunHandle> SessionImpl::partial_run_setup(const std::vector<Tensor
                                                         const std::vector<TensorRef>& feeds,
                                                         const std::vector<TargetRef>& targets,
                                                         const RunOptions& options) {
+  const CallScope call(this);
   GRAPHRUN_RETURN_IF_ERROR(check_open());
   GRAPHRUN_ASSIGN_OR_RETURN(auto prepared, prepare(feeds, fetches, targets, /*partial=*/true));
   auto& [sig, entry] = prepared;
@@ -198,6 +206,7 @@ Result<OpKernel*> SessionImpl::kernel_for(const Node& node) {
 }
 
 Status SessionImpl::extend(const Graph& grown) {
+  const CallScope call(this);
   GRAPHRUN_RETURN_IF_ERROR(check_open());
   std::unique_lock graph_lock(graph_mu_);
   const auto before = static_cast<std::size_t>(graph_.num_nodes());
@@ -436,6 +445,7 @@ Result<std::vector<Tensor>> SessionImpl::run(const FeedList& feeds,
                                              const std::vector<TensorRef>& fetches,
                                              const std::vector<TargetRef>& targets,
                                              const RunOptions& options, RunMetadata* metadata) {
+  const CallScope call(this);
   GRAPHRUN_RETURN_IF_ERROR(check_open());
   GRAPHRUN_ASSIGN_OR_RETURN(auto prepared, prepare(feeds, fetches, targets, /*partial=*/false));
   const std::shared_ptr<PlanEntry>& entry = prepared.second;
@@ -451,6 +461,7 @@ Result<std::vector<Tensor>> SessionImpl::run(const FeedList& feeds,
 Result<Callable> SessionImpl::make_callable(const std::vector<TensorRef>& feeds,
                                             const std::vector<TensorRef>& fetches,
                                             const std::vector<TargetRef>& targets) {
+  const CallScope call(this);
   GRAPHRUN_RETURN_IF_ERROR(check_open());
   GRAPHRUN_ASSIGN_OR_RETURN(auto prepared, prepare(feeds, fetches, targets, /*partial=*/false));
   return Callable(std::make_unique<CallableImpl>(this, std::move(prepared.second)));

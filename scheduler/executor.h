@@ -33,6 +33,21 @@ class SessionImpl {
   SessionImpl(Graph graph, SessionOptions options);
   ~SessionImpl();
 
+  // Counts a public call in flight for its scope: the destructor waits for
+  // the count to drop to zero.
+  class CallScope {
+   public:
+    explicit CallScope(SessionImpl* s) : s_(s) {
+      s_->calls_in_flight_.fetch_add(1, std::memory_order_relaxed);  // relaxed: a count
+    }
+    ~CallScope() { s_->calls_in_flight_.fetch_sub(1, std::memory_order_release); }
+    CallScope(const CallScope&) = delete;
+    CallScope& operator=(const CallScope&) = delete;
+
+   private:
+    SessionImpl* s_;
+  };
+
   Result<std::vector<Tensor>> run(const FeedList& feeds, const std::vector<TensorRef>& fetches,
                                   const std::vector<TargetRef>& targets, const RunOptions& options,
                                   RunMetadata* metadata);
@@ -115,6 +130,7 @@ class SessionImpl {
   // read under graph_mu_ shared, reallocated by extend under it exclusive.
   std::unique_ptr<std::atomic<OpKernel*>[]> kernel_ptrs_;
   std::atomic<bool> closed_{false};
+  std::atomic<int64_t> calls_in_flight_{0};  // public calls inside the session
   std::atomic<int64_t> next_step_id_{1};
   std::atomic<int64_t> next_run_serial_{1};  // relaxed: uniqueness only
   std::chrono::steady_clock::time_point epoch_;

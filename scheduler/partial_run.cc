@@ -97,7 +97,13 @@ Result<std::vector<Tensor>> PartialRun::call(const FeedList& feeds,
                                              const RunOptions& options, RunMetadata* metadata) {
   std::unique_lock call_lock(call_mu_, std::try_to_lock);
   if (!call_lock.owns_lock()) {
-    return failed_precondition("partial run {} is in use by another call", id_);
+    // Held by a cancellation ending the run (close, cancel_partial_run, the
+    // idle sweep): wait for it and report how the run ended.
+    if (cancels_pending_.load() == 0) {
+      return failed_precondition("partial run {} is in use by another call", id_);
+    }
+    call_lock.lock();
+    GRAPHRUN_RETURN_IF_ERROR(check_usable());
   }
   touch();
   // Whatever happens below, a run cancelled while this call held the lock is
@@ -304,9 +310,10 @@ void PartialRun::cancel(const Status& why) {
   if (ended_.load()) return;
   // Wakes a call in progress (it then ends the run and lets go of call_mu_).
   record_error(why);
+  cancels_pending_.fetch_add(1);  // a call arriving meanwhile waits for the end
   std::lock_guard call_lock(call_mu_);
-  if (ended_.load()) return;
-  end(why);
+  if (!ended_.load()) end(why);
+  cancels_pending_.fetch_sub(1);
 }
 
 void PartialRun::detach() {

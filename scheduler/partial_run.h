@@ -90,7 +90,8 @@ class PartialRun final : public StepListener {
   std::vector<char> fetched_;  // per fetch; guarded by call_mu_
   Status end_status_;          // guarded by call_mu_; why the run ended
   std::atomic<bool> ended_{false};
-  std::atomic<bool> cancel_pending_{false};
+  // cancel() calls taking call_mu_ to end the run.
+  std::atomic<int> cancels_pending_{0};
 
   // Per fetch, then per target: 0 pending, 1 a waiter is installed, 2 ready.
   // seq_cst throughout (see RunState::record_error).

@@ -49,6 +49,7 @@ Result<std::vector<Tensor>> Session::partial_run(PartialRunHandle& handle, const
                                                  const std::vector<TensorRef>& fetches,
                                                  const std::vector<TargetRef>& targets,
                                                  const RunOptions& options, RunMetadata* metadata) {
+  const sched::SessionImpl::CallScope call(impl_.get());
   if (!handle.is_valid()) {
     return invalid_argument("Must run 'setup' before performing partial runs! (empty handle)");
   }
@@ -59,6 +60,7 @@ Result<std::vector<Tensor>> Session::partial_run(PartialRunHandle& handle, const
 }
 
 Status Session::cancel_partial_run(PartialRunHandle& handle) {
+  const sched::SessionImpl::CallScope call(impl_.get());
   if (!handle.is_valid()) return invalid_argument("cancel_partial_run: empty handle");
   if (!handle.run_->belongs_to(impl_.get())) {
     return invalid_argument("partial run {} does not belong to this session", handle.id());
@@ -99,6 +101,7 @@ Callable::~Callable() = default;
 Status Callable::run(std::span<const Tensor> feeds, std::span<Tensor> fetches,
                      const RunOptions& options, RunMetadata* metadata) const {
   sched::SessionImpl& session = *impl_->session_;
+  const sched::SessionImpl::CallScope call(&session);
   GRAPHRUN_RETURN_IF_ERROR(session.check_open());
   const sched::Plan& plan = *impl_->entry_->plan;
   GRAPHRUN_RETURN_IF_ERROR(sched::SessionImpl::check_feeds(plan, feeds));

@@ -222,6 +222,7 @@ TEST(SessionThreadsTest, ExtendWhileOtherThreadsRun) {
   std::atomic<bool> extending{true};
   std::atomic<int> runs{0};
   auto extender = std::async(std::launch::async, [&] {
+    while (runs.load() < 3) std::this_thread::yield();  // the runners are running
     for (int i = 0; i < kExtensions; ++i) {
       // Each new node adds i to y; run it right after extending.
       Output z =

@@ -26,7 +26,9 @@
 //   elements.
 // - close() makes later calls fail with Cancelled and cancels the calls in
 //   flight: they return Cancelled at the next node boundary, or as soon as a
-//   running kernel polls OpKernelContext::is_cancelled(). Destroying a
+//   running kernel polls OpKernelContext::is_cancelled(). A run that
+//   returns Cancelled or DeadlineExceeded may have run some of its nodes:
+//   their effects on variables and iterators stay. Destroying a
 //   session cancels its open partial runs and waits for the work they
 //   started; every other call must have returned by then (as in TF,
 //   destroying a session that a call is still using is a use-after-free).
