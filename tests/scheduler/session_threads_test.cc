@@ -213,6 +213,33 @@ TEST(SessionThreadsTest, CallersInsideOneTbbTasksAndOtherArenas) {
   EXPECT_EQ(ok.load(), 128);
 }
 
+TEST(SessionThreadsTest, DestroyingASessionWaitsForCallsInFlight) {
+  Graph g;
+  std::atomic<bool> started{false};
+  std::atomic<bool> kernel_returned{false};
+  Output p = ops::Call(
+      g, {}, {DType::kFloat32},
+      [&](OpKernelContext& ctx) -> Status {
+        started.store(true);
+        const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+        while (!ctx.is_cancelled()) {
+          if (std::chrono::steady_clock::now() > give_up) return internal_error("never cancelled");
+          std::this_thread::sleep_for(std::chrono::milliseconds(1));
+        }
+        kernel_returned.store(true);
+        return cancelled("stopped");
+      },
+      {}, "poller")[0];
+  auto s = testing::make_session(g);
+  Session* raw = s.get();
+  auto run = std::async(std::launch::async, [raw, p] { return raw->run({}, {p}).status(); });
+  while (!started.load()) std::this_thread::yield();
+  s.reset();  // closes, then returns only once the run has left the session
+  EXPECT_TRUE(kernel_returned.load());
+  ASSERT_EQ(run.wait_for(std::chrono::seconds(10)), std::future_status::ready);
+  EXPECT_THAT(run.get(), StatusIs(StatusCode::kCancelled, "closed"));
+}
+
 TEST(SessionThreadsTest, ExtendWhileOtherThreadsRun) {
   Graph g;
   Output x = ops::Placeholder(g, DType::kFloat32, Shape(), "x");
