@@ -53,7 +53,12 @@ SessionImpl::~SessionImpl() {
   }
   // Flow graphs are destroyed inside the arena they belong to.
   std::vector<std::shared_ptr<PlanEntry>> entries = cache_.take_all();
-  in_arena([&] { entries.clear(); });
+  in_arena([&] {
+    // A Callable or an inert partial-run handle may keep an entry alive
+    // past the session: its pooled flow graphs still die here, in the arena.
+    for (const std::shared_ptr<PlanEntry>& e : entries) e->pool.clear();
+    entries.clear();
+  });
 }
 
 Status SessionImpl::check_open() const {

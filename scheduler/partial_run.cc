@@ -288,7 +288,11 @@ void PartialRun::end(const Status& status) {
     }
     inst->wait_quiet();
     inst->state().finish();
-    inst = entry_->pool.give_back(std::move(inst));  // destroyed here (in the arena) if full
+    // A closing session keeps no instance: its plans may outlive it in
+    // handles, but their flow graphs must die in its arena.
+    if (session != nullptr && session->check_open().is_ok()) {
+      inst = entry_->pool.give_back(std::move(inst));  // destroyed here if the pool is full
+    }
     inst.reset();
   };
   if (session != nullptr) {
