@@ -79,6 +79,26 @@ ROWS = [
     ("PartialSmall", "SetupAndCancel", "ColdRun", "slowdown", None,
      "setup (+ cancel) vs a cold run"),
     ("PartialSmall", "SetupAndCancel", "Run", "slowdown", None, "setup (+ cancel) vs a warm run"),
+    # Concurrency: time is 1 / throughput of all threads ("@N": N threads).
+    ("Throughput", "Session@2", "Session@1", "speedup", 1.7,
+     "runs/s, 2 client threads vs 1, one session"),
+    ("Throughput", "Session@32", "Session@8", "speedup", 0.9,
+     "runs/s, 32 client threads vs 8 (no collapse)"),
+    ("Throughput", "Callable@2", "Callable@1", "speedup", None, "prepared Callable, 2 vs 1"),
+    ("Throughput", "Callable@32", "Callable@8", "speedup", None, "prepared Callable, 32 vs 8"),
+    ("Throughput", "RawFlowGraph@2", "RawFlowGraph@1", "speedup", None,
+     "private raw flow graphs, 2 vs 1"),
+    ("Throughput", "RawFlowGraph@32", "RawFlowGraph@8", "speedup", None,
+     "private raw flow graphs, 32 vs 8"),
+    ("Throughput", "Session@1", "RawFlowGraph@1", "slowdown", None, "1 thread: session vs raw"),
+    ("Throughput", "Session@2", "RawFlowGraph@2", "slowdown", None, "2 threads: session vs raw"),
+    ("Throughput", "Session@8", "RawFlowGraph@8", "slowdown", None, "8 threads: session vs raw"),
+    ("Throughput", "Session@32", "RawFlowGraph@32", "slowdown", None, "32 threads: session vs raw"),
+    ("AssignAdd", "Session@1", "Mutex@1", "slowdown", None, "1 thread: run(AssignAdd) vs mutex add"),
+    ("AssignAdd", "Session@8", "Mutex@8", "slowdown", None, "8 threads: run(AssignAdd) vs mutex add"),
+    ("AssignAdd", "Session@8", "Session@1", "slowdown", None, "updates/s: 1 thread / 8 threads"),
+    ("AssignAdd", "SessionUnlocked@8", "Session@8", "slowdown", None,
+     "use_locking=false vs locked, 8 threads"),
 ]
 
 # Cases whose per-node time is worth printing.
@@ -88,8 +108,15 @@ UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 
 
 def base_name(name):
-    # "BM_X_Y/real_time", "BM_X_Y/min_time:1.000/real_time" -> "BM_X_Y"
-    return name.split("/")[0]
+    # "BM_X_Y/real_time", "BM_X_Y/min_time:1.000/real_time" -> "BM_X_Y";
+    # "BM_X_Y/real_time/threads:8" -> "BM_X_Y@8" (the thread count matters).
+    parts = name.split("/")
+    for p in parts[1:]:
+        if p.startswith("threads:") and p != "threads:1":
+            return parts[0] + "@" + p.split(":", 1)[1]
+        if p == "threads:1":
+            return parts[0] + "@1"
+    return parts[0]
 
 
 def split_name(base):

@@ -11,7 +11,7 @@
 # asan:    the `asan` preset (ASan + UBSan), every test.
 # tsan:    the `tsan` preset against a TSan-built oneTBB
 #          (tools/scripts/build-tbb-tsan.sh, cached in ~/.cache/graphrun or
-#          $GRAPHRUN_TBB_TSAN_DIR); tests labelled stress or scheduler.
+#          $GRAPHRUN_TBB_TSAN_DIR); every test but the install consumer.
 # Build trees: build/<preset>. Installs missing Debian packages first.
 # Environment: GRAPHRUN_JOBS (build and ctest parallelism, default nproc).
 # A closing line "test.sh: N passed, N failed" sums the ctest runs; with
