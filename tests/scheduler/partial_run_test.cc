@@ -5,6 +5,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <string>
 #include <thread>
 
 #include "scheduler/flow_graph.h"
@@ -350,6 +351,25 @@ TEST(PartialRunTest, TracingReportsTheWorkOfEachCall) {
   EXPECT_THAT(names(md1), ::testing::Not(::testing::Contains("another_expensive")));
   EXPECT_THAT(names(md2), ::testing::Not(::testing::Contains("expensive")));
   EXPECT_THAT(names(md2), ::testing::Contains("another_expensive"));
+}
+
+// The call that fetches the last fetch also awaits every target; a target
+// named in that call as well is awaited once, and still awaited.
+TEST(PartialRunTest, LastCallWaitsForATargetItAlsoNames) {
+  Graph g;
+  std::atomic<int> n{0};
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  Output d = ops::Neg(g, x, "d");
+  Output later = stage(g, d, &n, 1.0f, "later", std::chrono::milliseconds(50));
+  const Node* done = ops::Group(g, {later.node()}, "done");
+  auto s = make_session(g);
+  auto h = s->partial_run_setup({d}, {x}, {done});
+  ASSERT_THAT(h, IsOk());
+  EXPECT_THAT(s->partial_run(*h, {{x, Tensor(2.0f)}}, {d}, {done}),
+              IsOkAndHolds(ElementsAre(TensorEq(Tensor(-2.0f)))));
+  EXPECT_EQ(n.load(), 1);
+  EXPECT_TRUE(h->is_done());
+  EXPECT_EQ(s->num_open_partial_runs(), 0u);
 }
 
 TEST(PartialRunTest, SameHandleFromTwoThreadsIsSerializedOrRefused) {
