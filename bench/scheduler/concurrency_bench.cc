@@ -50,8 +50,8 @@ struct SharedSmallSession {
 const Tensor& expected_value() {
   static const Tensor t = [] {
     SharedSmallSession& s = SharedSmallSession::get();
-    Result<std::vector<Tensor>> out = s.session->run({{s.sg.x, Tensor(kX)}, {s.sg.y, Tensor(kY)}},
-                                                     {s.sg.j});
+    Result<std::vector<Tensor>> out =
+        s.session->run({{s.sg.x, Tensor(kX)}, {s.sg.y, Tensor(kY)}}, {s.sg.j});
     check_ok(out.status(), "reference run");
     return (*out)[0];
   }();
