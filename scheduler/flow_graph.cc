@@ -14,21 +14,28 @@ FlowInstance::FlowInstance(const Plan& plan, const KernelRuntime& runtime) : sta
   g_live_instances.fetch_add(1, std::memory_order_relaxed);
   const std::size_t n = plan.nodes.size();
   RunState* state = &state_;
+  senders_.reserve(n);
+  receivers_.reserve(n);
   for (std::size_t i = 0; i < n; ++i) {
-    const auto index = static_cast<int32_t>(i);
-    nodes_.emplace_back(graph_, [state, index](const continue_msg&) {
-      state->execute(index);
-      return continue_msg();
-    });
+    const Body body{state, static_cast<int32_t>(i)};
+    if (plan.nodes[i].lightweight) {
+      LightNode& node = light_nodes_.emplace_back(graph_, body);
+      senders_.push_back(&node);
+      receivers_.push_back(&node);
+    } else {
+      Node& node = nodes_.emplace_back(graph_, body);
+      senders_.push_back(&node);
+      receivers_.push_back(&node);
+    }
   }
   for (std::size_t i = 0; i < n; ++i) {
     const NodeItem& item = plan.nodes[i];
     const bool reads_feed = plan.partial && plan.node_feed_inputs[i] > 0;
-    if (item.num_preds == 0 && !reads_feed) roots_.push_back(&nodes_[i]);
+    if (item.num_preds == 0 && !reads_feed) roots_.push_back(receivers_[i]);
     for (int32_t k = item.succ_begin; k < item.succ_end; ++k) {
       tbb::flow::make_edge(
-          nodes_[i],
-          nodes_[static_cast<std::size_t>(plan.successors[static_cast<std::size_t>(k)])]);
+          *senders_[i],
+          *receivers_[static_cast<std::size_t>(plan.successors[static_cast<std::size_t>(k)])]);
     }
   }
   if (!plan.partial) return;
@@ -37,14 +44,18 @@ FlowInstance::FlowInstance(const Plan& plan, const KernelRuntime& runtime) : sta
   for (const std::vector<int32_t>& readers : plan.feed_readers) {
     Entry& entry = entries_.emplace_back(graph_);
     for (int32_t reader : readers)
-      tbb::flow::make_edge(entry, nodes_[static_cast<std::size_t>(reader)]);
+      tbb::flow::make_edge(entry, *receivers_[static_cast<std::size_t>(reader)]);
   }
   // Sinks signal a fetch's value or a target's completion. Registered after
   // every other edge, each is its producer's last successor, so the
   // producer's task bypasses into the sink and a helping waiter returns
   // right after it, while the producer's other successors wait in the task
   // pool (reference/onetbb-mechanics.md §2.1).
-  auto add_sink = [&](int k, auto& producer) {
+  // Sinks keep the default policy: a lightweight one would run inside its
+  // producer's successor loop, not as the bypassed task the wait returns
+  // after. (Successors of a fetched or targeted node are never lightweight
+  // in a partial plan: see choose_policies in plan.cc.)
+  auto add_sink = [&](int k, tbb::flow::sender<continue_msg>& producer) {
     Node& sink = sinks_.emplace_back(graph_, [state, k](const continue_msg&) {
       state->sink_fired(k);
       return continue_msg();
@@ -54,7 +65,7 @@ FlowInstance::FlowInstance(const Plan& plan, const KernelRuntime& runtime) : sta
   for (std::size_t k = 0; k < plan.fetch_producers.size(); ++k) {
     const int32_t p = plan.fetch_producers[k];
     if (p >= 0) {
-      add_sink(static_cast<int>(k), nodes_[static_cast<std::size_t>(p)]);
+      add_sink(static_cast<int>(k), *senders_[static_cast<std::size_t>(p)]);
     } else {
       add_sink(static_cast<int>(k), entries_[static_cast<std::size_t>(plan.fetch_feeds[k])]);
     }
@@ -62,7 +73,7 @@ FlowInstance::FlowInstance(const Plan& plan, const KernelRuntime& runtime) : sta
   const auto n_fetches = static_cast<int>(plan.fetch_producers.size());
   for (std::size_t t = 0; t < plan.target_nodes.size(); ++t) {
     add_sink(n_fetches + static_cast<int>(t),
-             nodes_[static_cast<std::size_t>(plan.target_nodes[t])]);
+             *senders_[static_cast<std::size_t>(plan.target_nodes[t])]);
   }
 }
 
@@ -72,12 +83,12 @@ FlowInstance::~FlowInstance() {
 }
 
 void FlowInstance::run() {
-  for (Node* root : roots_) root->try_put(continue_msg());
+  for (tbb::flow::receiver<continue_msg>* root : roots_) root->try_put(continue_msg());
   graph_.wait_for_all();
 }
 
 void FlowInstance::start_roots() {
-  for (Node* root : roots_) root->try_put(continue_msg());
+  for (tbb::flow::receiver<continue_msg>* root : roots_) root->try_put(continue_msg());
 }
 
 void FlowInstance::put_feed(int f) {

@@ -1,8 +1,9 @@
 // FlowInstance: a Plan mapped onto a tbb::flow::graph, one continue_node per
-// plan node, edges for data and control dependencies, one start node feeding
-// the roots. Building one costs far more than running a small one, so
-// instances are pooled per plan (InstancePool) and reused; each owns the
-// RunState its node bodies write to.
+// plan node (tbb::flow::lightweight for the plan's lightweight nodes, which
+// run inline without a task), edges for data and control dependencies.
+// Building one costs far more than running a small one, so instances are
+// pooled per plan (InstancePool) and reused; each owns the RunState its node
+// bodies write to.
 #pragma once
 
 #include <oneapi/tbb/flow_graph.h>
@@ -43,14 +44,29 @@ class FlowInstance {
   static int64_t live_count();
 
  private:
-  using Node = tbb::flow::continue_node<tbb::flow::continue_msg>;
-  using Entry = tbb::flow::broadcast_node<tbb::flow::continue_msg>;
+  using Msg = tbb::flow::continue_msg;
+  using Node = tbb::flow::continue_node<Msg>;
+  using LightNode = tbb::flow::continue_node<Msg, tbb::flow::lightweight>;
+  using Entry = tbb::flow::broadcast_node<Msg>;
+  // Every node's body, whatever its policy.
+  struct Body {
+    RunState* state;
+    int32_t index;
+    Msg operator()(const Msg&) const {
+      state->execute(index);
+      return Msg();
+    }
+  };
   RunState state_;
   // Isolated: cancelling another graph never reaches this one.
   tbb::task_group_context context_{tbb::task_group_context::isolated};
   tbb::flow::graph graph_{context_};
-  std::deque<Node> nodes_;
-  std::vector<Node*> roots_;
+  std::deque<Node> nodes_;             // default-policy plan nodes
+  std::deque<LightNode> light_nodes_;  // lightweight plan nodes
+  // Per plan node, whichever of the two it is.
+  std::vector<tbb::flow::sender<Msg>*> senders_;
+  std::vector<tbb::flow::receiver<Msg>*> receivers_;
+  std::vector<tbb::flow::receiver<Msg>*> roots_;
   std::deque<Entry> entries_;  // per feed (partial plans)
   std::deque<Node> sinks_;     // per fetch, then per target (partial plans)
 };

@@ -217,6 +217,10 @@ Result<std::vector<Tensor>> PartialRun::call(const FeedList& feeds,
     for (std::size_t t = 0; t < signature_.targets.size(); ++t)
       awaited.push_back(static_cast<int>(n_fetches + t));
   }
+  // Each once: installing a second waiter for the same target would drop
+  // the first handle, and with it the wait.
+  std::sort(awaited.begin(), awaited.end());
+  awaited.erase(std::unique(awaited.begin(), awaited.end()), awaited.end());
 
   state.set_trace(options.trace && metadata != nullptr);
   for (std::size_t i = 0; i < feeds.size(); ++i) {

@@ -29,7 +29,18 @@ struct NodeItem {
   int32_t succ_end = 0;
   int32_t num_preds = 0;     // distinct in-plan predecessors
   bool skip_kernel = false;  // NoOp: nothing to compute
+  // Runs inline on the thread that completes its last predecessor, without a
+  // task of its own (a tbb::flow::lightweight node): its kernel is cheap
+  // (OpKernel::is_cheap), no lightweight run would pass kMaxLightweightRun,
+  // and, in a partial run, it does not follow a fetched or targeted node.
+  bool lightweight = false;
 };
+
+// Consecutive lightweight nodes along any path, at most: each runs nested in
+// its predecessor's call stack (about 224 bytes a level plus the kernel's
+// frames; a TBB worker's stack is 4 MiB), so a longer run gets a
+// default-policy node, which starts a fresh task.
+inline constexpr int32_t kMaxLightweightRun = 256;
 
 // The resolved signature a plan is compiled for.
 struct Signature {

@@ -148,6 +148,20 @@ void OpKernelContext::parallel_for(int64_t n, int64_t grain,
 
 // ---- OpRegistry ----
 
+bool small_static_shapes(const Node& node, int64_t max_elements) {
+  for (const Output& in : node.inputs()) {
+    const int64_t n = in.shape().num_elements();  // -1 when not fully defined
+    if (n < 0 || n > max_elements) return false;
+  }
+  int64_t total = 0;
+  for (int o = 0; o < node.num_outputs(); ++o) {
+    const int64_t n = node.output_shape(o).num_elements();
+    if (n < 0 || n > max_elements - total) return false;
+    total += n;
+  }
+  return true;
+}
+
 Status OpRegistry::add(OpDef def, KernelFactory factory) {
   if (def.name().empty()) return invalid_argument("an op needs a name");
   if (!factory) return invalid_argument("op '{}' has no kernel factory", def.name());

@@ -38,10 +38,13 @@ Dst cast_value(Src v) {
 // Elements per parallel_for chunk.
 constexpr int64_t kCastGrain = 1 << 15;
 
+// Cheap when the node's shapes are small and known at build.
 // Thread safety: immutable after construction.
 class CastOp final : public OpKernel {
  public:
-  CastOp(DType src, DType dst) : src_(src), dst_(dst) {}
+  CastOp(DType src, DType dst, bool cheap) : src_(src), dst_(dst), cheap_(cheap) {}
+
+  bool is_cheap() const override { return cheap_; }
 
   Status compute(OpKernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
@@ -72,6 +75,7 @@ class CastOp final : public OpKernel {
  private:
   const DType src_;
   const DType dst_;
+  const bool cheap_;
 };
 
 }  // namespace
@@ -90,7 +94,7 @@ void register_cast_op(OpRegistry& r) {
              [](OpKernelConstruction& ctx) -> Result<std::unique_ptr<OpKernel>> {
                GRAPHRUN_ASSIGN_OR_RETURN(DType src, ctx.attr<DType>("SrcT"));
                GRAPHRUN_ASSIGN_OR_RETURN(DType dst, ctx.attr<DType>("DstT"));
-               return std::make_unique<CastOp>(src, dst);
+               return std::make_unique<CastOp>(src, dst, small_static_shapes(ctx.node()));
              }));
 }
 

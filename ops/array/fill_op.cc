@@ -21,9 +21,14 @@ Result<Shape> dims_to_shape(std::span<const int64_t> dims) {
 
 constexpr int64_t kFillGrain = 1 << 15;
 
-// Thread safety: stateless.
+// Cheap when the output's shape is small and known at build (constant dims).
+// Thread safety: immutable after construction.
 class FillOp final : public OpKernel {
  public:
+  explicit FillOp(bool cheap) : cheap_(cheap) {}
+
+  bool is_cheap() const override { return cheap_; }
+
   Status compute(OpKernelContext& ctx) override {
     const Tensor& value = ctx.input(1);
     if (value.shape().rank() != 0) {
@@ -43,6 +48,9 @@ class FillOp final : public OpKernel {
     });
     return Status::ok();
   }
+
+ private:
+  const bool cheap_;
 };
 
 Status fill_shape(InferenceContext& c) {
@@ -80,8 +88,8 @@ void register_fill_op(OpRegistry& r) {
                  .type_attr("index_type", {DType::kInt32, DType::kInt64})
                  .shape_fn(fill_shape)
                  .doc("A tensor of shape `dims` filled with the scalar `value`."),
-             [](OpKernelConstruction&) -> Result<std::unique_ptr<OpKernel>> {
-               return std::make_unique<FillOp>();
+             [](OpKernelConstruction& ctx) -> Result<std::unique_ptr<OpKernel>> {
+               return std::make_unique<FillOp>(small_static_shapes(ctx.node()));
              }));
 }
 

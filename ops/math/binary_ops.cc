@@ -146,11 +146,17 @@ void run_broadcast(const OpKernelContext& ctx, const T* x, const T* y, T* z, con
   });
 }
 
-// z = F(x, y) elementwise, broadcasting x and y to a common shape.
-// Thread safety: stateless; compute() may run concurrently.
+// z = F(x, y) elementwise, broadcasting x and y to a common shape. Cheap
+// when the node's shapes are small and known at build.
+// Thread safety: immutable after construction; compute() may run
+// concurrently.
 template <typename F>
 class BinaryOp final : public OpKernel {
  public:
+  explicit BinaryOp(bool cheap) : cheap_(cheap) {}
+
+  bool is_cheap() const override { return cheap_; }
+
   Status compute(OpKernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
     const Tensor& y = ctx.input(1);
@@ -201,6 +207,8 @@ class BinaryOp final : public OpKernel {
     }
     return Status::ok();
   }
+
+  const bool cheap_;
 };
 
 template <typename F>
@@ -212,8 +220,8 @@ void register_binary(OpRegistry& r, const char* op, const char* doc) {
                  .type_attr("T", numeric_dtypes())
                  .shape_fn(shape_fns::broadcast_binary)
                  .doc(doc),
-             [](OpKernelConstruction&) -> Result<std::unique_ptr<OpKernel>> {
-               return std::make_unique<BinaryOp<F>>();
+             [](OpKernelConstruction& ctx) -> Result<std::unique_ptr<OpKernel>> {
+               return std::make_unique<BinaryOp<F>>(small_static_shapes(ctx.node()));
              }));
 }
 

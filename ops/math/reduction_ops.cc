@@ -239,7 +239,9 @@ void reduce_into(const OpKernelContext& ctx, const T* x, const Shape& shape, uin
 template <typename R>
 class ReductionOp final : public OpKernel {
  public:
-  explicit ReductionOp(bool keep_dims) : keep_dims_(keep_dims) {}
+  ReductionOp(bool keep_dims, bool cheap) : keep_dims_(keep_dims), cheap_(cheap) {}
+
+  bool is_cheap() const override { return cheap_; }
 
   Status compute(OpKernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
@@ -277,6 +279,7 @@ class ReductionOp final : public OpKernel {
 
  private:
   const bool keep_dims_;
+  const bool cheap_;  // small input and output, known at build
 };
 
 template <typename R>
@@ -292,7 +295,7 @@ void register_reduction(OpRegistry& r, const char* op, const char* doc) {
                  .doc(doc),
              [](OpKernelConstruction& c) -> Result<std::unique_ptr<OpKernel>> {
                GRAPHRUN_ASSIGN_OR_RETURN(bool keep_dims, c.attr<bool>("keep_dims"));
-               return std::make_unique<ReductionOp<R>>(keep_dims);
+               return std::make_unique<ReductionOp<R>>(keep_dims, small_static_shapes(c.node()));
              }));
 }
 

@@ -98,11 +98,20 @@ struct SigmoidFn {
   }
 };
 
-// y = F(x) elementwise.
-// Thread safety: stateless; compute() may run concurrently.
+// y = F(x) elementwise. Cheap when the node's shapes are known at build and
+// small: kCheapElements for the simplest functions (grain 32K), fewer for
+// the ones that cost more per element (smaller grain).
+// Thread safety: immutable after construction; compute() may run
+// concurrently.
 template <typename F>
 class UnaryOp final : public OpKernel {
  public:
+  static constexpr int64_t kCheapLimit = kCheapElements * F::kGrain / (32 * 1024);
+
+  explicit UnaryOp(bool cheap) : cheap_(cheap) {}
+
+  bool is_cheap() const override { return cheap_; }
+
   Status compute(OpKernelContext& ctx) override {
     const Tensor& x = ctx.input(0);
     auto body = [&](auto tag) -> Status {
@@ -123,6 +132,9 @@ class UnaryOp final : public OpKernel {
       return visit_numeric(x.dtype(), body);
     }
   }
+
+ private:
+  const bool cheap_;
 };
 
 template <typename F>
@@ -133,8 +145,9 @@ void register_unary(OpRegistry& r, const char* op, const char* doc) {
                  .type_attr("T", F::kFloatOnly ? float_dtypes() : numeric_dtypes())
                  .shape_fn(shape_fns::unchanged)
                  .doc(doc),
-             [](OpKernelConstruction&) -> Result<std::unique_ptr<OpKernel>> {
-               return std::make_unique<UnaryOp<F>>();
+             [](OpKernelConstruction& ctx) -> Result<std::unique_ptr<OpKernel>> {
+               return std::make_unique<UnaryOp<F>>(
+                   small_static_shapes(ctx.node(), UnaryOp<F>::kCheapLimit));
              }));
 }
 

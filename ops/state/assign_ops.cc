@@ -28,10 +28,14 @@ using ops_internal::VariableState;
 
 enum class UpdateKind { kAdd, kSub };
 
+// Cheap when the value's shape is small and known at build.
 // Thread safety: thread-safe (the variable's mutex guards its value).
 class AssignOp final : public OpKernel {
  public:
-  AssignOp(VariableState* var, bool validate_shape) : var_(var), validate_shape_(validate_shape) {}
+  AssignOp(VariableState* var, bool validate_shape, bool cheap)
+      : var_(var), validate_shape_(validate_shape), cheap_(cheap) {}
+
+  bool is_cheap() const override { return cheap_; }
 
   Status compute(OpKernelContext& ctx) override {
     const Tensor& value = ctx.input(0);
@@ -54,6 +58,7 @@ class AssignOp final : public OpKernel {
  private:
   VariableState* const var_;  // Not owned: the session's ResourceManager owns it.
   const bool validate_shape_;
+  const bool cheap_;
 };
 
 // out = x + delta (or x - delta); `out` may be `x`.
@@ -74,12 +79,18 @@ void apply_update(const Tensor& x, const Tensor& delta, Tensor& out) {
 // AssignAddOp and AssignSubOp. The update runs on the calling thread: no
 // parallel_for while the variable's mutex is held (a thread waiting in a
 // parallel_for may pick up another update of the same variable and
-// deadlock on that mutex).
+// deadlock on that mutex). Cheap when the variable is small (its shape is
+// always fully defined).
 // Thread safety: thread-safe (the variable's mutex guards its value).
 template <UpdateKind kKind>
 class AssignUpdateOp final : public OpKernel {
  public:
   AssignUpdateOp(VariableState* var, bool use_locking) : var_(var), use_locking_(use_locking) {}
+
+  bool is_cheap() const override {
+    const int64_t n = var_->shape().num_elements();  // -1 when not fully defined
+    return n >= 0 && n <= kCheapElements;
+  }
 
   Status compute(OpKernelContext& ctx) override {
     const Tensor& delta = ctx.input(0);
@@ -155,7 +166,7 @@ Result<std::unique_ptr<OpKernel>> make_update_kernel(OpKernelConstruction& ctx) 
 Result<std::unique_ptr<OpKernel>> make_assign_kernel(OpKernelConstruction& ctx) {
   GRAPHRUN_ASSIGN_OR_RETURN(VariableState * var, variable_of(ctx));
   GRAPHRUN_ASSIGN_OR_RETURN(bool validate_shape, ctx.attr<bool>("validate_shape"));
-  return std::make_unique<AssignOp>(var, validate_shape);
+  return std::make_unique<AssignOp>(var, validate_shape, small_static_shapes(ctx.node()));
 }
 
 OpDef update_def(std::string name, const DTypeSet& types, bool use_locking, std::string doc) {

@@ -5,6 +5,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <set>
+#include <string>
 #include <thread>
 
 #include "scheduler/flow_graph.h"
@@ -350,6 +352,60 @@ TEST(PartialRunTest, TracingReportsTheWorkOfEachCall) {
   EXPECT_THAT(names(md1), ::testing::Not(::testing::Contains("another_expensive")));
   EXPECT_THAT(names(md2), ::testing::Not(::testing::Contains("expensive")));
   EXPECT_THAT(names(md2), ::testing::Contains("another_expensive"));
+}
+
+// The call that fetches the last fetch also awaits every target; a target
+// named in that call as well is awaited once, and still awaited.
+TEST(PartialRunTest, LastCallWaitsForATargetItAlsoNames) {
+  Graph g;
+  std::atomic<int> n{0};
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  Output d = ops::Neg(g, x, "d");
+  Output later = stage(g, d, &n, 1.0f, "later", std::chrono::milliseconds(50));
+  const Node* done = ops::Group(g, {later.node()}, "done");
+  auto s = make_session(g);
+  auto h = s->partial_run_setup({d}, {x}, {done});
+  ASSERT_THAT(h, IsOk());
+  EXPECT_THAT(s->partial_run(*h, {{x, Tensor(2.0f)}}, {d}, {done}),
+              IsOkAndHolds(ElementsAre(TensorEq(Tensor(-2.0f)))));
+  EXPECT_EQ(n.load(), 1);
+  EXPECT_TRUE(h->is_done());
+  EXPECT_EQ(s->num_open_partial_runs(), 0u);
+}
+
+// Scalar math: cheap kernels, run inline as lightweight nodes, on both sides
+// of the calls (the plan keeps a fetched node's successors default-policy).
+TEST(PartialRunTest, CheapNodesRunOncePerCallAndTraceWhereTheyRan) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  Output y = ops::Placeholder(g, DType::kFloat32, Shape{}, "y");
+  Output c = ops::Const(g, Tensor(1.0f), "c");
+  Output a = ops::Neg(g, ops::Add(g, x, c, "xc"), "a");     // -(x + 1)
+  Output b = ops::Mul(g, ops::Square(g, a, "a2"), y, "b");  // (x + 1)^2 * y
+  Output d = ops::Sub(g, b, a, "d");
+  const Node* done = ops::Group(g, {d.node()}, "done");
+  ASSERT_THAT(g.status(), IsOk());
+  auto s = make_session(g);
+  RunOptions o;
+  o.trace = true;
+  for (int i = 0; i < 3; ++i) {
+    auto h = s->partial_run_setup({a, d}, {x, y}, {done});
+    ASSERT_THAT(h, IsOk());
+    RunMetadata md1, md2;
+    EXPECT_THAT(s->partial_run(*h, {{x, Tensor(2.0f)}}, {a}, {}, o, &md1),
+                IsOkAndHolds(ElementsAre(TensorEq(Tensor(-3.0f)))));
+    EXPECT_THAT(s->partial_run(*h, {{y, Tensor(2.0f)}}, {d}, {done}, o, &md2),
+                IsOkAndHolds(ElementsAre(TensorEq(Tensor(21.0f)))));
+    EXPECT_TRUE(h->is_done());
+    std::multiset<std::string> ran;
+    for (const RunMetadata* md : {&md1, &md2}) {
+      for (const auto& st : md->step_stats) ran.insert(st.node);
+    }
+    // Every node exactly once over the two calls (c may have run at setup).
+    for (const char* n : {"xc", "a", "a2", "b", "d", "done"}) EXPECT_EQ(ran.count(n), 1u) << n;
+    for (const auto& st : md2.step_stats) EXPECT_NE(st.node, "a") << "ran in call 1";
+  }
+  EXPECT_EQ(s->num_open_partial_runs(), 0u);
 }
 
 TEST(PartialRunTest, SameHandleFromTwoThreadsIsSerializedOrRefused) {

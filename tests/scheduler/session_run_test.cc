@@ -1,5 +1,7 @@
 // Session::run on the scheduler, with private test ops: pruning, feeds,
-// fetch order, errors, state of instances across runs.
+// fetch order, errors, state of instances across runs. Every test runs twice:
+// with default-policy nodes, and with cheap kernels run as lightweight
+// (inline) nodes.
 #include <gtest/gtest.h>
 
 #include <thread>
@@ -10,14 +12,19 @@
 namespace graphrun::testing {
 namespace {
 
-class SessionRunTest : public ::testing::Test {
+class SessionRunTest : public ::testing::TestWithParam<bool> {
  protected:
   ExecCounter counter_;
-  std::unique_ptr<OpRegistry> registry_ = make_test_registry(&counter_);
+  std::unique_ptr<OpRegistry> registry_ = make_test_registry(&counter_, /*cheap=*/GetParam());
   Graph g_{*registry_};
 };
 
-TEST_F(SessionRunTest, ComputesFetchInCallerOrder) {
+INSTANTIATE_TEST_SUITE_P(Policies, SessionRunTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& param) {
+                           return param.param ? "Lightweight" : "Default";
+                         });
+
+TEST_P(SessionRunTest, ComputesFetchInCallerOrder) {
   Output a = value(g_, 1.0f, "a");
   Output b = value(g_, 2.0f, "b");
   Output c = sum2(g_, a, b, "c");
@@ -33,7 +40,7 @@ TEST_F(SessionRunTest, ComputesFetchInCallerOrder) {
   EXPECT_EQ(counter_.count("c"), 1) << "a repeated fetch must not run its node twice";
 }
 
-TEST_F(SessionRunTest, RunsOnlyWhatFetchesNeed) {
+TEST_P(SessionRunTest, RunsOnlyWhatFetchesNeed) {
   Output a = value(g_, 1.0f, "a");
   Output x = sum2(g_, a, a, "x");
   Output y = sum2(g_, a, a, "y");
@@ -44,7 +51,7 @@ TEST_F(SessionRunTest, RunsOnlyWhatFetchesNeed) {
   (void)y;
 }
 
-TEST_F(SessionRunTest, FeedCutsTheGraphAndSkipsTheProducer) {
+TEST_P(SessionRunTest, FeedCutsTheGraphAndSkipsTheProducer) {
   Output src = source(g_, "src");
   Output x = sum2(g_, src, src, "x");
   auto s = make_session(g_);
@@ -59,7 +66,7 @@ TEST_F(SessionRunTest, FeedCutsTheGraphAndSkipsTheProducer) {
   EXPECT_EQ(counter_.count("src"), 0);
 }
 
-TEST_F(SessionRunTest, UnfedPlaceholderNamesItWithDtypeAndShape) {
+TEST_P(SessionRunTest, UnfedPlaceholderNamesItWithDtypeAndShape) {
   Output p = placeholder(g_, Shape{2, -1}, "input");
   Output x = sum2(g_, p, p, "x");
   auto s = make_session(g_);
@@ -73,7 +80,7 @@ TEST_F(SessionRunTest, UnfedPlaceholderNamesItWithDtypeAndShape) {
   EXPECT_THAT((*ok)[0], TensorEq(Tensor::matrix<float>({{2, 4}, {6, 8}})));
 }
 
-TEST_F(SessionRunTest, FeedOfWrongDtypeOrShapeNamesTheTensor) {
+TEST_P(SessionRunTest, FeedOfWrongDtypeOrShapeNamesTheTensor) {
   Output p = placeholder(g_, Shape{2}, "p");
   Output x = sum2(g_, p, p, "x");
   auto s = make_session(g_);
@@ -84,7 +91,7 @@ TEST_F(SessionRunTest, FeedOfWrongDtypeOrShapeNamesTheTensor) {
       StatusIs(StatusCode::kInvalidArgument, "feed 'p:0' expects float32[2], got float32[3]"));
 }
 
-TEST_F(SessionRunTest, NameErrors) {
+TEST_P(SessionRunTest, NameErrors) {
   Output a = value(g_, 1.0f, "a");
   const Node* k = sink(g_, {a}, "k");
   auto s = make_session(g_);
@@ -100,7 +107,7 @@ TEST_F(SessionRunTest, NameErrors) {
   EXPECT_EQ(counter_.count("k"), 1);
 }
 
-TEST_F(SessionRunTest, KernelErrorNamesNodeOpAndShapes) {
+TEST_P(SessionRunTest, KernelErrorNamesNodeOpAndShapes) {
   Output a = value(g_, 1.0f, "a");
   Output f = fail(g_, a, "bad");
   Output after = sum2(g_, f, f, "after");
@@ -113,7 +120,7 @@ TEST_F(SessionRunTest, KernelErrorNamesNodeOpAndShapes) {
   ASSERT_THAT(ok, IsOk());
 }
 
-TEST_F(SessionRunTest, CycleThroughControlEdgesIsAnError) {
+TEST_P(SessionRunTest, CycleThroughControlEdgesIsAnError) {
   Output a = source(g_, "a");
   Output b = sum2(g_, a, a, "b");
   ASSERT_TRUE(g_.add_control_input(g_.mutable_node(a.node()->id()), b.node()).is_ok());
@@ -121,7 +128,7 @@ TEST_F(SessionRunTest, CycleThroughControlEdgesIsAnError) {
   EXPECT_THAT(s->run({}, {b}), StatusIs(StatusCode::kInvalidArgument, "cycle"));
 }
 
-TEST_F(SessionRunTest, PlansAreCachedPerSignature) {
+TEST_P(SessionRunTest, PlansAreCachedPerSignature) {
   Output a = value(g_, 1.0f, "a");
   Output b = sum2(g_, a, a, "b");
   auto s = make_session(g_);
@@ -131,7 +138,7 @@ TEST_F(SessionRunTest, PlansAreCachedPerSignature) {
   EXPECT_EQ(s->num_cached_plans(), 2u);
 }
 
-TEST_F(SessionRunTest, PlanCacheIsBounded) {
+TEST_P(SessionRunTest, PlanCacheIsBounded) {
   Output a = value(g_, 1.0f, "a");
   std::vector<Output> outs;
   for (int i = 0; i < 10; ++i) outs.push_back(sum2(g_, a, a));
@@ -142,7 +149,7 @@ TEST_F(SessionRunTest, PlanCacheIsBounded) {
   EXPECT_EQ(s->num_cached_plans(), 3u);
 }
 
-TEST_F(SessionRunTest, ConcurrentRunsOfOneSignatureAreIndependent) {
+TEST_P(SessionRunTest, ConcurrentRunsOfOneSignatureAreIndependent) {
   Output p = placeholder(g_, Shape{}, "p");
   Output x = sum2(g_, p, p, "x");
   Output y = sum2(g_, x, p, "y");
@@ -163,7 +170,7 @@ TEST_F(SessionRunTest, ConcurrentRunsOfOneSignatureAreIndependent) {
   EXPECT_EQ(counter_.count("y"), 800);
 }
 
-TEST_F(SessionRunTest, CallableRunsPositionally) {
+TEST_P(SessionRunTest, CallableRunsPositionally) {
   Output p = placeholder(g_, Shape{}, "p");
   Output x = sum2(g_, p, p, "x");
   auto s = make_session(g_);
@@ -177,7 +184,7 @@ TEST_F(SessionRunTest, CallableRunsPositionally) {
   EXPECT_THAT(c->run({}, out), StatusIs(StatusCode::kInvalidArgument, "expected 1 feed"));
 }
 
-TEST_F(SessionRunTest, ClosedSessionRefusesRuns) {
+TEST_P(SessionRunTest, ClosedSessionRefusesRuns) {
   Output a = value(g_, 1.0f, "a");
   auto s = make_session(g_);
   ASSERT_TRUE(s->close().is_ok());
@@ -185,7 +192,7 @@ TEST_F(SessionRunTest, ClosedSessionRefusesRuns) {
   ASSERT_TRUE(s->close().is_ok());
 }
 
-TEST_F(SessionRunTest, TracingRecordsEveryExecutedNode) {
+TEST_P(SessionRunTest, TracingRecordsEveryExecutedNode) {
   Output a = value(g_, 1.0f, "a");
   Output b = sum2(g_, a, a, "b");
   auto s = make_session(g_);
@@ -197,6 +204,58 @@ TEST_F(SessionRunTest, TracingRecordsEveryExecutedNode) {
   for (const auto& st : md.step_stats) {
     EXPECT_LE(st.start_ns, st.end_ns);
     EXPECT_GE(st.thread, 0);
+  }
+}
+
+TEST_P(SessionRunTest, DeadlineSkipsTheNodesAfterASlowOne) {
+  Output p = placeholder(g_, Shape{}, "p");
+  Output late = slow(g_, p, 30, "late");
+  Output x = sum2(g_, late, p, "x");
+  Output y = sum2(g_, x, x, "y");
+  auto s = make_session(g_);
+  RunOptions opts;
+  opts.timeout = std::chrono::milliseconds(5);
+  EXPECT_THAT(s->run({{p, Tensor(1.0f)}}, {y}, {}, opts),
+              StatusIs(StatusCode::kDeadlineExceeded, "node 'x' (Sum2)"));
+  EXPECT_EQ(counter_.count("x"), 0);
+  EXPECT_EQ(counter_.count("y"), 0);
+  auto ok = s->run({{p, Tensor(1.0f)}}, {y});
+  ASSERT_THAT(ok, IsOk());
+  EXPECT_EQ((*ok)[0].scalar<float>(), 4.0f);
+}
+
+TEST_P(SessionRunTest, CloseCancelsARunBetweenNodes) {
+  Output p = placeholder(g_, Shape{}, "p");
+  Output late = slow(g_, p, 50, "late");
+  Output x = sum2(g_, late, p, "x");
+  auto s = make_session(g_);
+  std::thread closer([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    ASSERT_THAT(s->close(), IsOk());
+  });
+  EXPECT_THAT(s->run({{p, Tensor(1.0f)}}, {x}),
+              StatusIs(StatusCode::kCancelled, "Session has been closed."));
+  closer.join();
+  EXPECT_EQ(counter_.count("x"), 0);
+}
+
+TEST_P(SessionRunTest, TracingReportsInlineNodesWithTheirThread) {
+  Output a = value(g_, 1.0f, "a");
+  Output b = sum2(g_, a, a, "b");
+  Output c = sum2(g_, b, a, "c");
+  Output d = sum2(g_, c, b, "d");
+  auto s = make_session(g_);
+  RunOptions opts;
+  opts.trace = true;
+  RunMetadata md;
+  auto out = s->run({}, {d}, {}, opts, &md);
+  ASSERT_THAT(out, IsOk());
+  EXPECT_EQ((*out)[0].scalar<float>(), 5.0f);
+  ASSERT_EQ(md.step_stats.size(), 4u);
+  for (const auto& st : md.step_stats) {
+    EXPECT_LE(st.start_ns, st.end_ns) << st.node;
+    EXPECT_GE(st.thread, 0) << st.node;
+    EXPECT_EQ(st.output_shapes.size(), 1u) << st.node;
   }
 }
 

@@ -6,6 +6,9 @@
 //   "Source"  no inputs, float32 scalar 1; counts executions
 //   "Sink"    variadic inputs, no outputs; counts executions
 //   "Placeholder" float32, attr dtype/shape (unfed -> plan error)
+//   "Slow"    x -> x after sleeping attr `ms` milliseconds; never cheap
+// With `cheap`, every kernel but Slow's reports is_cheap(), so the scheduler
+// runs them as lightweight (inline) flow-graph nodes.
 #pragma once
 
 #include <graphrun/graphrun.h>
@@ -40,7 +43,7 @@ class ExecCounter {
 };
 
 // A registry with the ops above; `counter` must outlive it.
-std::unique_ptr<OpRegistry> make_test_registry(ExecCounter* counter);
+std::unique_ptr<OpRegistry> make_test_registry(ExecCounter* counter, bool cheap = false);
 
 Output value(Graph& g, float v, std::string_view name = {});
 Output sum2(Graph& g, Output x, Output y, std::string_view name = {});
@@ -48,5 +51,6 @@ Output fail(Graph& g, Output x, std::string_view name = {});
 Output source(Graph& g, std::string_view name = {});
 const Node* sink(Graph& g, std::vector<Output> inputs, std::string_view name = {});
 Output placeholder(Graph& g, Shape shape, std::string_view name = {});
+Output slow(Graph& g, Output x, int ms, std::string_view name = {});
 
 }  // namespace graphrun::testing

@@ -354,9 +354,23 @@ class OpKernel {
  public:
   virtual ~OpKernel() = default;
   virtual Status compute(OpKernelContext& ctx) = 0;
-  // True for kernels cheap enough to run inline without a task of their own.
+  // True for kernels cheap enough to run inline without a task of their own
+  // (TensorFlow's !IsExpensive()): the scheduler then runs the node on the
+  // thread that completed its last input, right after that input's node.
+  // Decided once per (session, node), so a kernel whose cost grows with its
+  // tensors answers from the node's build-time shapes (small_static_shapes).
+  // A wrong `true` costs parallelism, never correctness. Default: false.
   virtual bool is_cheap() const { return false; }
 };
+
+// Elements up to which elementwise work on one node counts as cheap.
+inline constexpr int64_t kCheapElements = 4096;
+
+// True when every input and output shape of `node` is fully defined at graph
+// build, each input holds at most `max_elements` elements and the outputs
+// together at most `max_elements`: what a size-dependent kernel's is_cheap()
+// checks (fed tensors are checked against these shapes at run time).
+bool small_static_shapes(const Node& node, int64_t max_elements = kCheapElements);
 
 struct OpRegistration {
   OpDef def;
