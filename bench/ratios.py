@@ -90,6 +90,8 @@ ROWS = [
      "private raw flow graphs, 2 vs 1"),
     ("Throughput", "RawFlowGraph@32", "RawFlowGraph@8", "speedup", None,
      "private raw flow graphs, 32 vs 8"),
+    ("Throughput", "Sequential@2", "Sequential@1", "speedup", None,
+     "plain loops, 2 vs 1: the machine's ceiling"),
     ("Throughput", "Session@1", "RawFlowGraph@1", "slowdown", None, "1 thread: session vs raw"),
     ("Throughput", "Session@2", "RawFlowGraph@2", "slowdown", None, "2 threads: session vs raw"),
     ("Throughput", "Session@8", "RawFlowGraph@8", "slowdown", None, "8 threads: session vs raw"),

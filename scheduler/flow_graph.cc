@@ -51,29 +51,49 @@ FlowInstance::FlowInstance(const Plan& plan, const KernelRuntime& runtime) : sta
   // producer's task bypasses into the sink and a helping waiter returns
   // right after it, while the producer's other successors wait in the task
   // pool (reference/onetbb-mechanics.md §2.1).
-  // Sinks keep the default policy: a lightweight one would run inside its
-  // producer's successor loop, not as the bypassed task the wait returns
-  // after. (Successors of a fetched or targeted node are never lightweight
-  // in a partial plan: see choose_policies in plan.cc.)
-  auto add_sink = [&](int k, tbb::flow::sender<continue_msg>& producer) {
-    Node& sink = sinks_.emplace_back(graph_, [state, k](const continue_msg&) {
+  // A sink keeps the default policy when its producer has other successors:
+  // a lightweight one would run inside the producer's successor loop, not as
+  // the bypassed task the wait returns after. (Successors of a fetched or
+  // targeted node are never lightweight in a partial plan: see
+  // choose_policies in plan.cc.) A sink that is its producer's only
+  // successor has nothing to race with: it runs inline (no task, no worker
+  // woken), and the wait returns when the producer's task ends.
+  std::vector<int> sinks_per_producer(n, 0);
+  for (const int32_t p : plan.fetch_producers) {
+    if (p >= 0) ++sinks_per_producer[static_cast<std::size_t>(p)];
+  }
+  for (const int32_t t : plan.target_nodes) ++sinks_per_producer[static_cast<std::size_t>(t)];
+  auto sole_successor = [&](int32_t producer) {
+    const NodeItem& item = plan.nodes[static_cast<std::size_t>(producer)];
+    return item.succ_end == item.succ_begin &&
+           sinks_per_producer[static_cast<std::size_t>(producer)] == 1;
+  };
+  auto add_sink = [&](int k, tbb::flow::sender<continue_msg>& producer, bool light) {
+    auto body = [state, k](const continue_msg&) {
       state->sink_fired(k);
       return continue_msg();
-    });
-    tbb::flow::make_edge(producer, sink);
+    };
+    if (light) {
+      tbb::flow::make_edge(producer, light_sinks_.emplace_back(graph_, body));
+    } else {
+      tbb::flow::make_edge(producer, sinks_.emplace_back(graph_, body));
+    }
   };
   for (std::size_t k = 0; k < plan.fetch_producers.size(); ++k) {
     const int32_t p = plan.fetch_producers[k];
     if (p >= 0) {
-      add_sink(static_cast<int>(k), *senders_[static_cast<std::size_t>(p)]);
+      add_sink(static_cast<int>(k), *senders_[static_cast<std::size_t>(p)], sole_successor(p));
     } else {
-      add_sink(static_cast<int>(k), entries_[static_cast<std::size_t>(plan.fetch_feeds[k])]);
+      // A fed fetch: its entry is put by the caller; keep the default sink.
+      add_sink(static_cast<int>(k), entries_[static_cast<std::size_t>(plan.fetch_feeds[k])],
+               false);
     }
   }
   const auto n_fetches = static_cast<int>(plan.fetch_producers.size());
   for (std::size_t t = 0; t < plan.target_nodes.size(); ++t) {
-    add_sink(n_fetches + static_cast<int>(t),
-             *senders_[static_cast<std::size_t>(plan.target_nodes[t])]);
+    const int32_t p = plan.target_nodes[t];
+    add_sink(n_fetches + static_cast<int>(t), *senders_[static_cast<std::size_t>(p)],
+             sole_successor(p));
   }
 }
 

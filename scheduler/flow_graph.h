@@ -69,6 +69,8 @@ class FlowInstance {
   std::vector<tbb::flow::receiver<Msg>*> roots_;
   std::deque<Entry> entries_;  // per feed (partial plans)
   std::deque<Node> sinks_;     // per fetch, then per target (partial plans)
+  // Sinks that are their producer's only successor: nothing to bypass.
+  std::deque<LightNode> light_sinks_;
 };
 
 // Idle instances of one plan. Thread safety: thread-safe.

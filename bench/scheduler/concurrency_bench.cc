@@ -7,6 +7,8 @@
 // divides the wall time by the iterations of all threads, so the reported
 // time is 1 / throughput and items_per_second is runs/s of all threads.
 // Targets: 2 threads >= 1.7x one thread; 32 threads >= 0.9x 8 threads.
+// A fourth variant runs the same kernels in a plain loop per thread: the
+// machine's own scaling ceiling.
 //
 // AssignAdd: `AssignAdd(v, 1)` on one shared scalar variable from T
 // threads (a prepared Callable with the update as its target), against a
@@ -123,6 +125,28 @@ void BM_Throughput_RawFlowGraph(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations());
 }
 
+// The machine's own ceiling: every thread runs the same kernels in a plain
+// loop (no oneTBB, no graphrun). Its 2-thread / 1-thread ratio bounds what
+// any scheduler can reach here (allocator and cache traffic included).
+void BM_Throughput_Sequential(benchmark::State& state) {
+  SmallGraph sg;
+  KernelTable kernels(sg.g);
+  const std::array<Output, 2> feed_outputs{sg.x, sg.y};
+  const std::array<Output, 1> fetch_outputs{sg.j};
+  RawLayout layout = RawLayout::make(sg.g, kernels, feed_outputs, fetch_outputs, {});
+  RawSequential seq(layout);
+  const std::array<Tensor, 2> feeds{Tensor(kX), Tensor(kY)};
+  std::array<Tensor, 1> fetches;
+  bool ok = true;
+  for (auto _ : state) {
+    ok &= seq.run(feeds, fetches);
+    benchmark::DoNotOptimize(fetches);
+  }
+  if (!ok) state.SkipWithError("kernel failed");
+  check_value(state, fetches[0]);
+  state.SetItemsProcessed(state.iterations());
+}
+
 void throughput_threads(benchmark::internal::Benchmark* b) {
   for (int t : {1, 2, 4, 8, 32}) b->Threads(t);
   b->UseRealTime();
@@ -130,6 +154,7 @@ void throughput_threads(benchmark::internal::Benchmark* b) {
 BENCHMARK(BM_Throughput_Session)->Apply(throughput_threads);
 BENCHMARK(BM_Throughput_Callable)->Apply(throughput_threads);
 BENCHMARK(BM_Throughput_RawFlowGraph)->Apply(throughput_threads);
+BENCHMARK(BM_Throughput_Sequential)->Apply(throughput_threads);
 
 // ---- AssignAdd on one shared variable ----
 
