@@ -48,7 +48,7 @@ SessionImpl::~SessionImpl() {
   // Calls in flight on other threads see closed_ at their next node (or
   // when their kernel polls) and return Cancelled; wait until they have.
   // acquire: pairs with CallScope's release, so they no longer touch us.
-  while (calls_in_flight_.load(std::memory_order_acquire) != 0) {
+  while (calls_in_flight_.sum() != 0) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   // Flow graphs are destroyed inside the arena they belong to.
@@ -213,7 +213,7 @@ Result<OpKernel*> SessionImpl::kernel_for(const Node& node) {
 Status SessionImpl::extend(const Graph& grown) {
   const CallScope call(this);
   GRAPHRUN_RETURN_IF_ERROR(check_open());
-  std::unique_lock graph_lock(graph_mu_);
+  std::unique_lock graph_lock(graph_mu_);  // every stripe
   const auto before = static_cast<std::size_t>(graph_.num_nodes());
   GRAPHRUN_RETURN_IF_ERROR(graph_.append_nodes_from(grown).with_prefix("Session::extend"));
   const auto after = static_cast<std::size_t>(graph_.num_nodes());
@@ -234,7 +234,7 @@ template <typename FeedRefs>
 Result<std::pair<Signature, std::shared_ptr<PlanEntry>>> SessionImpl::prepare(
     const FeedRefs& feeds, const std::vector<TensorRef>& fetches,
     const std::vector<TargetRef>& targets, bool partial) {
-  std::shared_lock graph_lock(graph_mu_);
+  const StripedSharedLock graph_lock(graph_mu_);
   GRAPHRUN_ASSIGN_OR_RETURN(Signature sig, resolve(feeds, fetches, targets));
   if (partial) {
     // A partial run declares each fetch and target once.
@@ -254,12 +254,12 @@ Result<std::pair<Signature, std::shared_ptr<PlanEntry>>> SessionImpl::prepare(
 }
 
 Result<Output> SessionImpl::resolve_tensor(const TensorRef& ref) const {
-  std::shared_lock graph_lock(graph_mu_);
+  const StripedSharedLock graph_lock(graph_mu_);
   return resolve_tensor_locked(ref);
 }
 
 Result<const Node*> SessionImpl::resolve_target(const TargetRef& ref) const {
-  std::shared_lock graph_lock(graph_mu_);
+  const StripedSharedLock graph_lock(graph_mu_);
   return resolve_target_locked(ref);
 }
 

@@ -19,6 +19,7 @@
 
 #include "scheduler/plan.h"
 #include "scheduler/plan_cache.h"
+#include "scheduler/striped.h"
 #include "scheduler/thread_pool.h"
 #include "scheduler/timer.h"
 
@@ -37,15 +38,14 @@ class SessionImpl {
   // the count to drop to zero.
   class CallScope {
    public:
-    explicit CallScope(SessionImpl* s) : s_(s) {
-      s_->calls_in_flight_.fetch_add(1, std::memory_order_relaxed);  // relaxed: a count
-    }
-    ~CallScope() { s_->calls_in_flight_.fetch_sub(1, std::memory_order_release); }
+    explicit CallScope(SessionImpl* s) : s_(s), stripe_(s->calls_in_flight_.add()) {}
+    ~CallScope() { s_->calls_in_flight_.remove(stripe_); }
     CallScope(const CallScope&) = delete;
     CallScope& operator=(const CallScope&) = delete;
 
    private:
     SessionImpl* s_;
+    std::size_t stripe_;
   };
 
   Result<std::vector<Tensor>> run(const FeedList& feeds, const std::vector<TensorRef>& fetches,
@@ -117,7 +117,7 @@ class SessionImpl {
   // The graph grows (extend) while runs resolve names and compile plans:
   // those hold graph_mu_ shared, extend holds it exclusive. Nodes are never
   // changed or removed, so compiled plans and running steps need no lock.
-  mutable std::shared_mutex graph_mu_;
+  mutable StripedSharedMutex graph_mu_;
   Graph graph_;  // guarded by graph_mu_
   SessionOptions options_;
   std::shared_ptr<ThreadPool> pool_;  // outlives everything built in its arena
@@ -130,7 +130,7 @@ class SessionImpl {
   // read under graph_mu_ shared, reallocated by extend under it exclusive.
   std::unique_ptr<std::atomic<OpKernel*>[]> kernel_ptrs_;
   std::atomic<bool> closed_{false};
-  std::atomic<int64_t> calls_in_flight_{0};  // public calls inside the session
+  StripedCounter calls_in_flight_;  // public calls inside the session
   std::atomic<int64_t> next_step_id_{1};
   std::atomic<int64_t> next_run_serial_{1};  // relaxed: uniqueness only
   std::chrono::steady_clock::time_point epoch_;

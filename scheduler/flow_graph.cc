@@ -85,8 +85,7 @@ FlowInstance::FlowInstance(const Plan& plan, const KernelRuntime& runtime) : sta
       add_sink(static_cast<int>(k), *senders_[static_cast<std::size_t>(p)], sole_successor(p));
     } else {
       // A fed fetch: its entry is put by the caller; keep the default sink.
-      add_sink(static_cast<int>(k), entries_[static_cast<std::size_t>(plan.fetch_feeds[k])],
-               false);
+      add_sink(static_cast<int>(k), entries_[static_cast<std::size_t>(plan.fetch_feeds[k])], false);
     }
   }
   const auto n_fetches = static_cast<int>(plan.fetch_producers.size());
@@ -115,26 +114,40 @@ void FlowInstance::put_feed(int f) {
   entries_[static_cast<std::size_t>(f)].try_put(continue_msg());
 }
 
+std::unique_ptr<FlowInstance> InstancePool::take_from(Stripe& s) {
+  tbb::spin_mutex::scoped_lock lock(s.mu);
+  if (s.count == 0) return nullptr;
+  return std::move(s.idle[--s.count]);
+}
+
 std::unique_ptr<FlowInstance> InstancePool::take() {
-  tbb::spin_mutex::scoped_lock lock(mu_);
-  if (idle_.empty()) return nullptr;
-  std::unique_ptr<FlowInstance> inst = std::move(idle_.back());
-  idle_.pop_back();
-  return inst;
+  const std::size_t mine = this_thread_stripe();
+  if (std::unique_ptr<FlowInstance> inst = take_from(stripes_[mine])) return inst;
+  // Building one costs far more than looking at the other stripes.
+  for (std::size_t i = 1; i < kStripes; ++i) {
+    if (std::unique_ptr<FlowInstance> inst = take_from(stripes_[(mine + i) % kStripes])) {
+      return inst;
+    }
+  }
+  return nullptr;
 }
 
 std::unique_ptr<FlowInstance> InstancePool::give_back(std::unique_ptr<FlowInstance> instance) {
-  tbb::spin_mutex::scoped_lock lock(mu_);
-  if (idle_.size() >= kMaxIdle) return instance;
-  idle_.push_back(std::move(instance));
+  Stripe& s = stripes_[this_thread_stripe()];
+  tbb::spin_mutex::scoped_lock lock(s.mu);
+  if (s.count >= kMaxIdlePerStripe) return instance;
+  s.idle[s.count++] = std::move(instance);
   return nullptr;
 }
 
 void InstancePool::clear() {
-  std::vector<std::unique_ptr<FlowInstance>> doomed;
-  {
-    tbb::spin_mutex::scoped_lock lock(mu_);
-    doomed.swap(idle_);
+  for (Stripe& s : stripes_) {
+    std::array<std::unique_ptr<FlowInstance>, kMaxIdlePerStripe> doomed;
+    {
+      tbb::spin_mutex::scoped_lock lock(s.mu);
+      for (std::size_t i = 0; i < s.count; ++i) doomed[i] = std::move(s.idle[i]);
+      s.count = 0;
+    }
   }
 }
 

@@ -10,12 +10,14 @@
 #include <oneapi/tbb/spin_mutex.h>
 #include <oneapi/tbb/task_group.h>
 
+#include <array>
 #include <deque>
 #include <memory>
 #include <vector>
 
 #include "scheduler/plan.h"
 #include "scheduler/run_state.h"
+#include "scheduler/striped.h"
 
 namespace graphrun::sched {
 
@@ -73,25 +75,32 @@ class FlowInstance {
   std::deque<LightNode> light_sinks_;
 };
 
-// Idle instances of one plan. Thread safety: thread-safe.
+// Idle instances of one plan, kept per thread stripe (scheduler/striped.h)
+// so concurrent runs of one plan do not contend on one lock.
+// Thread safety: thread-safe.
 class InstancePool {
  public:
+  static constexpr std::size_t kMaxIdlePerStripe = 2;
   // Idle instances kept at most; more are destroyed when given back.
-  static constexpr std::size_t kMaxIdle = 16;
+  static constexpr std::size_t kMaxIdle = kStripes * kMaxIdlePerStripe;
 
-  InstancePool() { idle_.reserve(kMaxIdle); }
-
-  // An idle instance, or nullptr when the caller must build one.
+  // An idle instance (this thread's stripe first), or nullptr when the
+  // caller must build one.
   std::unique_ptr<FlowInstance> take();
-  // Keeps `instance` for reuse, or hands it back when the pool is full: the
-  // caller destroys it (inside the arena).
+  // Keeps `instance` for reuse, or hands it back when this thread's stripe
+  // is full: the caller destroys it (inside the arena).
   [[nodiscard]] std::unique_ptr<FlowInstance> give_back(std::unique_ptr<FlowInstance> instance);
   // Destroys the idle instances (call inside the arena).
   void clear();
 
  private:
-  tbb::spin_mutex mu_;
-  std::vector<std::unique_ptr<FlowInstance>> idle_;
+  struct alignas(64) Stripe {
+    tbb::spin_mutex mu;
+    std::array<std::unique_ptr<FlowInstance>, kMaxIdlePerStripe> idle;  // guarded by mu
+    std::size_t count = 0;                                              // guarded by mu
+  };
+  std::unique_ptr<FlowInstance> take_from(Stripe& s);
+  std::array<Stripe, kStripes> stripes_;
 };
 
 }  // namespace graphrun::sched

@@ -5,11 +5,13 @@
 namespace graphrun::sched {
 
 std::shared_ptr<PlanEntry> PlanCache::find(const std::string& key) {
-  std::shared_lock lock(mu_);
+  const StripedSharedLock lock(mu_);
   auto it = entries_.find(key);
   if (it == entries_.end()) return nullptr;
-  it->second->last_used.store(clock_.fetch_add(1, std::memory_order_relaxed),
-                              std::memory_order_relaxed);
+  const uint64_t now = clock_.load(std::memory_order_relaxed);
+  if (it->second->last_used.load(std::memory_order_relaxed) != now) {
+    it->second->last_used.store(now, std::memory_order_relaxed);
+  }
   return it->second;
 }
 
@@ -21,7 +23,8 @@ std::shared_ptr<PlanEntry> PlanCache::insert(const std::string& key,
   if (it != entries_.end()) return it->second;  // another thread won the race
   auto entry = std::make_shared<PlanEntry>();
   entry->plan = std::move(plan);
-  entry->last_used.store(clock_.fetch_add(1, std::memory_order_relaxed), std::memory_order_relaxed);
+  entry->last_used.store(clock_.fetch_add(1, std::memory_order_relaxed) + 1,
+                         std::memory_order_relaxed);
   while (entries_.size() >= capacity_) {
     auto victim = entries_.begin();
     for (auto e = entries_.begin(); e != entries_.end(); ++e) {
@@ -38,7 +41,7 @@ std::shared_ptr<PlanEntry> PlanCache::insert(const std::string& key,
 }
 
 std::size_t PlanCache::size() const {
-  std::shared_lock lock(mu_);
+  const StripedSharedLock lock(mu_);
   return entries_.size();
 }
 

@@ -12,6 +12,7 @@
 
 #include "scheduler/flow_graph.h"
 #include "scheduler/plan.h"
+#include "scheduler/striped.h"
 
 namespace graphrun::sched {
 
@@ -23,7 +24,7 @@ struct PlanEntry {
   std::atomic<uint64_t> last_used{0};  // relaxed: an LRU hint only
 };
 
-// Thread safety: thread-safe. Hits take a shared lock only.
+// Thread safety: thread-safe. Hits take one stripe of a shared lock.
 class PlanCache {
  public:
   explicit PlanCache(std::size_t capacity) : capacity_(capacity == 0 ? 1 : capacity) {}
@@ -39,8 +40,11 @@ class PlanCache {
 
  private:
   std::size_t capacity_;
+  // The LRU epoch: advanced by inserts only; a hit stamps its entry with
+  // the current epoch, writing only when the stamp changes (hits on a hot
+  // entry then share its cache line read-only).
   std::atomic<uint64_t> clock_{0};  // relaxed: LRU ordering hint
-  mutable std::shared_mutex mu_;
+  mutable StripedSharedMutex mu_;
   std::unordered_map<std::string, std::shared_ptr<PlanEntry>> entries_;
 };
 
