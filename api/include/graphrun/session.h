@@ -62,7 +62,8 @@ class PartialRun;
 // A pool of threads (a oneTBB task arena) that sessions can share. The
 // threads executing the kernels of all sessions using one pool, inter-op
 // and intra-op alike, never exceed num_threads(); callers help run their own
-// work and count against that number while they do.
+// work and count against that number while they do (callers beyond it wait
+// for one to finish; not in FIFO order).
 // Thread safety: thread-safe. Shared ownership: each session using the pool
 // keeps it alive.
 class ThreadPool {
