@@ -16,9 +16,13 @@ namespace {
 void tbb_parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn) {
   // Runs in the arena of the calling kernel (the session's): intra-op work
   // shares the inter-op threads.
+  ThreadPool::Impl* const pool = ThreadPool::Impl::current;  // the kernel's
   tbb::parallel_for(
       tbb::blocked_range<int64_t>(0, n, static_cast<std::size_t>(std::max<int64_t>(grain, 1))),
-      [&](const tbb::blocked_range<int64_t>& r) { fn(r.begin(), r.end()); });
+      [&](const tbb::blocked_range<int64_t>& r) {
+        const ThreadPool::Impl::Inside inside(pool);
+        fn(r.begin(), r.end());
+      });
 }
 
 std::shared_ptr<ThreadPool> pool_for(const SessionOptions& o) {
@@ -135,6 +139,7 @@ Result<PartialRunHandle> SessionImpl::partial_run_setup(const std::vector<Tensor
   StepControl control;
   control.step_id = next_step_id_.fetch_add(1, std::memory_order_relaxed);  // relaxed: unique ids
   control.session_closed = &closed_;
+  control.pool = &pool_->impl();
   control.trace = options.trace;
   control.epoch = epoch_;
   // Started before it is registered: nothing else can reach it meanwhile.
@@ -426,6 +431,7 @@ Status SessionImpl::execute(PlanEntry& entry, std::span<const Tensor> feeds, std
       next_step_id_.fetch_add(1, std::memory_order_relaxed);  // relaxed: unique ids only
   if (options.timeout) control.deadline = std::chrono::steady_clock::now() + *options.timeout;
   control.session_closed = &closed_;
+  control.pool = &pool_->impl();
   control.trace = options.trace && metadata != nullptr;
   control.epoch = epoch_;
 

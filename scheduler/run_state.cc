@@ -3,6 +3,9 @@
 #include <oneapi/tbb/task_arena.h>
 
 #include <new>
+#include <utility>
+
+#include "scheduler/thread_pool.h"
 
 namespace graphrun::sched {
 
@@ -155,7 +158,12 @@ void RunState::execute(int32_t i) noexcept {
                    .count();
   }
   if (!item.skip_kernel) {
-    Status s = call_kernel(item);
+    // A kernel calling a session of the same pool is already inside it.
+    Status s;
+    {
+      const ThreadPool::Impl::Inside inside(control_.pool);
+      s = call_kernel(item);
+    }
     // A kernel that stopped because the session closed or the deadline
     // passed fails the step with that reason, whatever it returned.
     if (check_interrupted(item, "while")) return;

@@ -26,6 +26,8 @@ struct StepControl {
   int64_t step_id = 0;
   std::optional<std::chrono::steady_clock::time_point> deadline;
   const std::atomic<bool>* session_closed = nullptr;
+  // The pool whose arena runs the step (marks kernel threads as inside it).
+  ThreadPool::Impl* pool = nullptr;
   bool trace = false;
   std::chrono::steady_clock::time_point epoch;  // zero of trace times
 };

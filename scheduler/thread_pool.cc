@@ -6,13 +6,7 @@ namespace graphrun {
 
 thread_local ThreadPool::Impl* ThreadPool::Impl::current = nullptr;
 
-ThreadPool::Impl::Impl(int n) : threads(n), arena(n), permits_(n) {
-  arena.initialize();
-  marker_ = std::make_unique<WorkerMarker>(this);
-  marker_->observe(true);
-}
-
-ThreadPool::Impl::~Impl() { marker_->observe(false); }
+ThreadPool::Impl::Impl(int n) : threads(n), arena(n), permits_(n) { arena.initialize(); }
 
 Result<std::shared_ptr<ThreadPool>> ThreadPool::create(int threads) {
   if (threads < 0) return invalid_argument("ThreadPool threads must be >= 0, got {}", threads);

@@ -5,9 +5,7 @@
 #include <graphrun/session.h>
 
 #include <oneapi/tbb/task_arena.h>
-#include <oneapi/tbb/task_scheduler_observer.h>
 
-#include <memory>
 #include <semaphore>
 #include <utility>
 
@@ -16,7 +14,6 @@ namespace graphrun {
 // Thread safety: thread-safe.
 struct ThreadPool::Impl {
   explicit Impl(int threads);
-  ~Impl();
 
   // Runs `fn` inside the arena; the caller helps (and waits only by
   // helping). Callers from outside the arena first take one of `threads`
@@ -50,32 +47,30 @@ struct ThreadPool::Impl {
   template <typename F>
   void enter(F& fn) {
     arena.execute([&] {
-      Impl* const saved = std::exchange(current, this);
+      const Inside inside(this);
       fn();
-      current = saved;
     });
   }
 
-  // Marks the arena's worker threads as inside it while they are.
-  class WorkerMarker final : public tbb::task_scheduler_observer {
+  std::counting_semaphore<> permits_;
+
+ public:
+  // The pool whose arena the calling thread is executing in (innermost):
+  // set by enter() for callers, and around every kernel (and parallel_for
+  // chunk) by the scheduler, so workers count as inside too.
+  static thread_local Impl* current;
+
+  // Marks the calling thread as inside `pool` for its scope.
+  class Inside {
    public:
-    WorkerMarker(Impl* pool) : tbb::task_scheduler_observer(pool->arena), pool_(pool) {}
-    void on_scheduler_entry(bool is_worker) override {
-      if (is_worker) current = pool_;
-    }
-    void on_scheduler_exit(bool is_worker) override {
-      if (is_worker) current = nullptr;
-    }
+    explicit Inside(Impl* pool) : outer_(std::exchange(current, pool)) {}
+    ~Inside() { current = outer_; }
+    Inside(const Inside&) = delete;
+    Inside& operator=(const Inside&) = delete;
 
    private:
-    Impl* pool_;
+    Impl* outer_;
   };
-
-  // The pool whose arena the calling thread is executing in (innermost):
-  // set by enter() for callers, by the WorkerMarker for workers.
-  static thread_local Impl* current;
-  std::counting_semaphore<> permits_;
-  std::unique_ptr<WorkerMarker> marker_;
 };
 
 }  // namespace graphrun
