@@ -29,14 +29,7 @@
 #include <vector>
 
 #include "tests/testing/op_harness.h"
-
-#if defined(__SANITIZE_THREAD__)
-#define GRAPHRUN_STRESS_TSAN 1
-#elif defined(__has_feature)
-#if __has_feature(thread_sanitizer)
-#define GRAPHRUN_STRESS_TSAN 1
-#endif
-#endif
+#include "tests/testing/threads.h"
 
 namespace graphrun {
 namespace {
@@ -45,6 +38,8 @@ using ::testing::ElementsAre;
 using testing::IsOk;
 using testing::IsOkAndHolds;
 using testing::make_session;
+using testing::run_bounded;
+using testing::run_together;
 using testing::StatusIs;
 using testing::TensorEq;
 using Clock = std::chrono::steady_clock;
@@ -52,29 +47,6 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 
 #define ASSERT_GRAPH_OK(g) ASSERT_THAT((g).status(), StatusIs(StatusCode::kOk, ""))
-
-#ifdef GRAPHRUN_STRESS_TSAN
-constexpr seconds kWatchdog{120};
-#else
-constexpr seconds kWatchdog{30};
-#endif
-
-// Runs `body` on a thread of its own and waits at most `limit` for it. A
-// body that does not return in time (a deadlock) fails the test and aborts
-// the process: its threads cannot be joined, and a hung binary would only
-// be stopped by ctest's timeout.
-void run_bounded(std::string_view what, std::function<void()> body, seconds limit = kWatchdog) {
-  std::future<void> done = std::async(std::launch::async, std::move(body));
-  if (done.wait_for(limit) == std::future_status::timeout) {
-    ADD_FAILURE() << what << " did not finish within " << limit.count()
-                  << " s: deadlock or hang; aborting";
-    std::fprintf(stderr, "run_bounded: '%.*s' hung; aborting\n", static_cast<int>(what.size()),
-                 what.data());
-    std::fflush(stderr);
-    std::abort();
-  }
-  done.get();
-}
 
 // Runs with `feeds` and returns the value of `out`.
 Result<Tensor> fetch(Session& s, const TensorRef& out, const FeedList& feeds = {},
@@ -157,36 +129,28 @@ TEST(ConcurrencyStressTest, EightThreadsTimesTwoHundredAssignAddsSumExactly) {
 
   std::vector<std::vector<int64_t>> seen(kThreads);
   Problems problems;
-  run_bounded("8 x 200 AssignAdd", [&] {
-    std::latch start(kThreads);
-    std::vector<std::thread> threads;
-    for (int t = 0; t < kThreads; ++t) {
-      threads.emplace_back([&, t] {
-        seen[t].reserve(kRuns);
-        start.arrive_and_wait();
-        for (int i = 0; i < kRuns; ++i) {
-          Tensor out;
-          if (t % 2 == 0) {
-            Result<std::vector<Tensor>> r = s->run({}, {add});
-            if (!r.is_ok()) {
-              problems.add(r.status().to_string());
-              continue;
-            }
-            out = r->at(0);
-          } else {
-            Tensor slot[1];
-            Status st = callable->run({}, slot);
-            if (!st.is_ok()) {
-              problems.add(st.to_string());
-              continue;
-            }
-            out = slot[0];
-          }
-          seen[t].push_back(out.scalar<int64_t>());
+  run_together("8 x 200 AssignAdd", kThreads, [&](int t) {
+    seen[t].reserve(kRuns);
+    for (int i = 0; i < kRuns; ++i) {
+      Tensor out;
+      if (t % 2 == 0) {
+        Result<std::vector<Tensor>> r = s->run({}, {add});
+        if (!r.is_ok()) {
+          problems.add(r.status().to_string());
+          continue;
         }
-      });
+        out = r->at(0);
+      } else {
+        Tensor slot[1];
+        Status st = callable->run({}, slot);
+        if (!st.is_ok()) {
+          problems.add(st.to_string());
+          continue;
+        }
+        out = slot[0];
+      }
+      seen[t].push_back(out.scalar<int64_t>());
     }
-    for (std::thread& th : threads) th.join();
   });
   EXPECT_EQ(problems.count(), 0) << problems.report();
   std::vector<int64_t> all;
@@ -222,24 +186,16 @@ TEST(ConcurrencyStressTest, ConcurrentAssignAddsAndAssignSubsNetOutExactly) {
   ASSERT_THAT(s->run({}, {}, {init}), IsOk());
 
   Problems problems;
-  run_bounded("AssignAdd vs AssignSub", [&] {
-    std::latch start(kAdders + kSubbers);
-    std::vector<std::thread> threads;
-    for (int t = 0; t < kAdders + kSubbers; ++t) {
-      const bool adder = t < kAdders;
-      threads.emplace_back([&, adder] {
-        start.arrive_and_wait();
-        for (int i = 0; i < (adder ? kAdds : kSubs); ++i) {
-          Result<std::vector<Tensor>> r = s->run({}, {adder ? add : sub});
-          if (!r.is_ok()) {
-            problems.add(r.status().to_string());
-          } else if (!all_elements_equal<int32_t>(r->at(0))) {
-            problems.add("torn update result " + r->at(0).to_string());
-          }
-        }
-      });
+  run_together("AssignAdd vs AssignSub", kAdders + kSubbers, [&](int t) {
+    const bool adder = t < kAdders;
+    for (int i = 0; i < (adder ? kAdds : kSubs); ++i) {
+      Result<std::vector<Tensor>> r = s->run({}, {adder ? add : sub});
+      if (!r.is_ok()) {
+        problems.add(r.status().to_string());
+      } else if (!all_elements_equal<int32_t>(r->at(0))) {
+        problems.add("torn update result " + r->at(0).to_string());
+      }
     }
-    for (std::thread& th : threads) th.join();
   });
   EXPECT_EQ(problems.count(), 0) << problems.report();
   EXPECT_THAT(fetch(*s, v), IsOkAndHolds(TensorEq(Tensor::filled(shape, int32_t{1000}))));
@@ -267,17 +223,9 @@ TEST(ConcurrencyStressTest, TwentyConcurrentAssignAddsOn1024x1024SumExactly) {
 
   for (int round = 1; round <= 2; ++round) {
     Problems problems;
-    run_bounded("20 concurrent AssignAdd", [&] {
-      std::latch start(kThreads);
-      std::vector<std::thread> threads;
-      for (int t = 0; t < kThreads; ++t) {
-        threads.emplace_back([&, t] {
-          start.arrive_and_wait();
-          Result<std::vector<Tensor>> r = s->run({}, {}, {adds[t]});
-          if (!r.is_ok()) problems.add(r.status().to_string());
-        });
-      }
-      for (std::thread& th : threads) th.join();
+    run_together("20 concurrent AssignAdd", kThreads, [&](int t) {
+      Result<std::vector<Tensor>> r = s->run({}, {}, {adds[t]});
+      if (!r.is_ok()) problems.add(r.status().to_string());
     });
     EXPECT_EQ(problems.count(), 0) << problems.report();
     Result<Tensor> value = fetch(*s, p);
@@ -318,18 +266,10 @@ TEST(ConcurrencyStressTest, TwentyConcurrentAssignsOn1024x1024LeaveOneWholeValue
   }
   for (const bool use_feed : {false, true}) {
     Problems problems;
-    run_bounded("20 concurrent Assign", [&] {
-      std::latch start(kThreads);
-      std::vector<std::thread> threads;
-      for (int t = 0; t < kThreads; ++t) {
-        threads.emplace_back([&, t] {
-          start.arrive_and_wait();
-          Result<std::vector<Tensor>> r = use_feed ? s->run({{fed, values[t]}}, {}, {assign_fed})
-                                                   : s->run({}, {}, {assigns[t]});
-          if (!r.is_ok()) problems.add(r.status().to_string());
-        });
-      }
-      for (std::thread& th : threads) th.join();
+    run_together("20 concurrent Assign", kThreads, [&](int t) {
+      Result<std::vector<Tensor>> r =
+          use_feed ? s->run({{fed, values[t]}}, {}, {assign_fed}) : s->run({}, {}, {assigns[t]});
+      if (!r.is_ok()) problems.add(r.status().to_string());
     });
     EXPECT_EQ(problems.count(), 0) << problems.report();
     Result<Tensor> value = fetch(*s, p);
@@ -380,45 +320,37 @@ TEST(ConcurrencyStressTest, ReadersNeverSeeATornAssignedValue) {
   };
   Problems problems;
   std::vector<std::vector<Tensor>> kept(kReaders);
-  run_bounded("readers vs Assign writers", [&] {
-    std::latch start(kWriters + kReaders);
-    std::vector<std::thread> threads;
-    for (int t = 0; t < kWriters; ++t) {
-      threads.emplace_back([&, t] {
-        start.arrive_and_wait();
-        for (int i = 0; i < kWrites; ++i) {
-          const double value = 1 + t * 1000 + i;
-          Result<std::vector<Tensor>> r =
-              i % 2 == 0 ? s->run({{whole, Tensor::filled(shape, value)}}, {}, {set_whole.node()})
-                         : s->run({{scalar, Tensor(value)}}, {}, {set_filled.node()});
-          if (!r.is_ok()) problems.add(r.status().to_string());
-        }
-      });
+  run_together("readers vs Assign writers", kWriters + kReaders, [&](int k) {
+    if (k < kWriters) {
+      const int t = k;  // writer t
+      for (int i = 0; i < kWrites; ++i) {
+        const double value = 1 + t * 1000 + i;
+        Result<std::vector<Tensor>> r =
+            i % 2 == 0 ? s->run({{whole, Tensor::filled(shape, value)}}, {}, {set_whole.node()})
+                       : s->run({{scalar, Tensor(value)}}, {}, {set_filled.node()});
+        if (!r.is_ok()) problems.add(r.status().to_string());
+      }
+      return;
     }
-    for (int t = 0; t < kReaders; ++t) {
-      threads.emplace_back([&, t] {
-        start.arrive_and_wait();
-        for (int i = 0; i < kReads; ++i) {
-          std::vector<TensorRef> fetches;
-          if (i % 3 == 0) fetches = {v};
-          if (i % 3 == 1) fetches = {read};
-          if (i % 3 == 2) fetches = {v, read};
-          Result<std::vector<Tensor>> r = s->run({}, fetches);
-          if (!r.is_ok()) {
-            problems.add(r.status().to_string());
-            continue;
-          }
-          for (const Tensor& snapshot : *r) {
-            if (!all_elements_equal<double>(snapshot) || !was_written(snapshot.flat<double>()[0])) {
-              problems.add("torn or unknown snapshot starting " +
-                           std::to_string(snapshot.flat<double>()[0]));
-            }
-            kept[t].push_back(snapshot);
-          }
+    const int t = k - kWriters;  // reader t
+    for (int i = 0; i < kReads; ++i) {
+      std::vector<TensorRef> fetches;
+      if (i % 3 == 0) fetches = {v};
+      if (i % 3 == 1) fetches = {read};
+      if (i % 3 == 2) fetches = {v, read};
+      Result<std::vector<Tensor>> r = s->run({}, fetches);
+      if (!r.is_ok()) {
+        problems.add(r.status().to_string());
+        continue;
+      }
+      for (const Tensor& snapshot : *r) {
+        if (!all_elements_equal<double>(snapshot) || !was_written(snapshot.flat<double>()[0])) {
+          problems.add("torn or unknown snapshot starting " +
+                       std::to_string(snapshot.flat<double>()[0]));
         }
-      });
+        kept[t].push_back(snapshot);
+      }
     }
-    for (std::thread& th : threads) th.join();
   });
   EXPECT_EQ(problems.count(), 0) << problems.report();
   int changed = 0;
@@ -472,32 +404,24 @@ TEST(ConcurrencyStressTest, SeededRandomDrawsAreDisjointAcrossRunsAndMatchSequen
   std::vector<std::vector<std::vector<float>>> per_thread_u(kThreads);
   std::vector<std::vector<std::vector<double>>> per_thread_n(kThreads);
   Problems problems;
-  run_bounded("concurrent random draws", [&] {
-    std::latch start(kThreads);
-    std::vector<std::thread> threads;
-    for (int t = 0; t < kThreads; ++t) {
-      threads.emplace_back([&, t] {
-        start.arrive_and_wait();
-        for (int i = 0; i < kRuns; ++i) {
-          Tensor out[2];
-          if (t % 2 == 0) {
-            Result<std::vector<Tensor>> r = s->run({}, {u, n});
-            if (!r.is_ok()) {
-              problems.add(r.status().to_string());
-              continue;
-            }
-            out[0] = r->at(0);
-            out[1] = r->at(1);
-          } else if (Status st = callable->run({}, out); !st.is_ok()) {
-            problems.add(st.to_string());
-            continue;
-          }
-          per_thread_u[t].push_back(to_vector<float>(out[0]));
-          per_thread_n[t].push_back(to_vector<double>(out[1]));
+  run_together("concurrent random draws", kThreads, [&](int t) {
+    for (int i = 0; i < kRuns; ++i) {
+      Tensor out[2];
+      if (t % 2 == 0) {
+        Result<std::vector<Tensor>> r = s->run({}, {u, n});
+        if (!r.is_ok()) {
+          problems.add(r.status().to_string());
+          continue;
         }
-      });
+        out[0] = r->at(0);
+        out[1] = r->at(1);
+      } else if (Status st = callable->run({}, out); !st.is_ok()) {
+        problems.add(st.to_string());
+        continue;
+      }
+      per_thread_u[t].push_back(to_vector<float>(out[0]));
+      per_thread_n[t].push_back(to_vector<double>(out[1]));
     }
-    for (std::thread& th : threads) th.join();
   });
   EXPECT_EQ(problems.count(), 0) << problems.report();
   std::vector<std::vector<float>> concurrent_u;
@@ -547,52 +471,44 @@ TEST(ConcurrencyStressTest, ThreadsPullingFromOneIteratorGetEveryRowOnceThenOutO
     }
     std::vector<std::vector<int64_t>> seen(kThreads);
     Problems problems;
-    run_bounded("iterator pass", [&] {
-      std::latch start(kThreads);
-      std::vector<std::thread> threads;
-      for (int t = 0; t < kThreads; ++t) {
-        threads.emplace_back([&, t] {
-          // One next() through this thread's way of calling the session.
-          auto next = [&]() -> Result<Tensor> {
-            if (t % 3 == 0) return fetch(*s, it.next);
-            if (t % 3 == 1) {
-              Tensor out[1];
-              GRAPHRUN_RETURN_IF_ERROR(callable->run({}, out));
-              return out[0];
-            }
-            GRAPHRUN_ASSIGN_OR_RETURN(PartialRunHandle h, s->partial_run_setup({it.next}, {}));
-            GRAPHRUN_ASSIGN_OR_RETURN(std::vector<Tensor> out, s->partial_run(h, {}, {it.next}));
-            return out.at(0);
-          };
-          start.arrive_and_wait();
-          for (;;) {
-            Result<Tensor> row = next();
-            if (row.is_ok()) {
-              std::span<const int64_t> x = row->flat<int64_t>();
-              bool whole = x.size() == static_cast<std::size_t>(kCols) && x[0] % kCols == 0;
-              for (std::size_t c = 0; whole && c < x.size(); ++c) {
-                whole = x[c] == x[0] + static_cast<int64_t>(c);
-              }
-              if (!whole) problems.add("torn row " + row->to_string());
-              seen[t].push_back(x[0] / kCols);
-              continue;
-            }
-            if (row.status().code() != StatusCode::kOutOfRange || row.status().message().empty()) {
-              problems.add("thread " + std::to_string(t) + ": " + row.status().to_string());
-              return;
-            }
-            for (int k = 0; k < kCallsPastTheEnd; ++k) {
-              Result<Tensor> again = next();
-              if (again.is_ok() || again.status().code() != StatusCode::kOutOfRange) {
-                problems.add("past the end: " +
-                             (again.is_ok() ? again->to_string() : again.status().to_string()));
-              }
-            }
-            return;
+    run_together("iterator pass", kThreads, [&](int t) {
+      // One next() through this thread's way of calling the session.
+      auto next = [&]() -> Result<Tensor> {
+        if (t % 3 == 0) return fetch(*s, it.next);
+        if (t % 3 == 1) {
+          Tensor out[1];
+          GRAPHRUN_RETURN_IF_ERROR(callable->run({}, out));
+          return out[0];
+        }
+        GRAPHRUN_ASSIGN_OR_RETURN(PartialRunHandle h, s->partial_run_setup({it.next}, {}));
+        GRAPHRUN_ASSIGN_OR_RETURN(std::vector<Tensor> out, s->partial_run(h, {}, {it.next}));
+        return out.at(0);
+      };
+      for (;;) {
+        Result<Tensor> row = next();
+        if (row.is_ok()) {
+          std::span<const int64_t> x = row->flat<int64_t>();
+          bool whole = x.size() == static_cast<std::size_t>(kCols) && x[0] % kCols == 0;
+          for (std::size_t c = 0; whole && c < x.size(); ++c) {
+            whole = x[c] == x[0] + static_cast<int64_t>(c);
           }
-        });
+          if (!whole) problems.add("torn row " + row->to_string());
+          seen[t].push_back(x[0] / kCols);
+          continue;
+        }
+        if (row.status().code() != StatusCode::kOutOfRange || row.status().message().empty()) {
+          problems.add("thread " + std::to_string(t) + ": " + row.status().to_string());
+          return;
+        }
+        for (int k = 0; k < kCallsPastTheEnd; ++k) {
+          Result<Tensor> again = next();
+          if (again.is_ok() || again.status().code() != StatusCode::kOutOfRange) {
+            problems.add("past the end: " +
+                         (again.is_ok() ? again->to_string() : again.status().to_string()));
+          }
+        }
+        return;
       }
-      for (std::thread& th : threads) th.join();
     });
     EXPECT_EQ(problems.count(), 0) << "pass " << pass << problems.report();
     std::vector<int64_t> all;
@@ -1043,24 +959,16 @@ TEST(ConcurrencyStressTest, BlockingKernelsFromFourThreadsOnTwoInterOpThreadsAll
   auto s = make_session(g, o);
 
   Problems problems;
-  run_bounded("blocking kernels", [&] {
-    std::latch start(kThreads);
-    std::vector<std::thread> threads;
-    for (int t = 0; t < kThreads; ++t) {
-      threads.emplace_back([&, t] {
-        start.arrive_and_wait();
-        for (int round = 0; round < kRounds; ++round) {
-          const auto xv = static_cast<float>(t * 10 + round);
-          Result<Tensor> r = fetch(*s, y, {{x, Tensor(xv)}});
-          if (!r.is_ok()) {
-            problems.add(r.status().to_string());
-          } else if (r->scalar<float>() != 4 * xv) {
-            problems.add("thread " + std::to_string(t) + " got " + r->to_string());
-          }
-        }
-      });
+  run_together("blocking kernels", kThreads, [&](int t) {
+    for (int round = 0; round < kRounds; ++round) {
+      const auto xv = static_cast<float>(t * 10 + round);
+      Result<Tensor> r = fetch(*s, y, {{x, Tensor(xv)}});
+      if (!r.is_ok()) {
+        problems.add(r.status().to_string());
+      } else if (r->scalar<float>() != 4 * xv) {
+        problems.add("thread " + std::to_string(t) + " got " + r->to_string());
+      }
     }
-    for (std::thread& th : threads) th.join();
   });
   EXPECT_EQ(problems.count(), 0) << problems.report();
   EXPECT_EQ(sleeps.load(), kThreads * kRounds * 2);

@@ -11,11 +11,11 @@
 #include <atomic>
 #include <chrono>
 #include <future>
-#include <latch>
 #include <thread>
 #include <vector>
 
 #include "tests/testing/op_harness.h"
+#include "tests/testing/threads.h"
 
 namespace graphrun {
 namespace {
@@ -23,6 +23,8 @@ namespace {
 using ::testing::ElementsAre;
 using testing::IsOk;
 using testing::IsOkAndHolds;
+using testing::run_bounded;
+using testing::run_together;
 using testing::StatusIs;
 using testing::TensorEq;
 
@@ -82,23 +84,6 @@ Output wide_probed_graph(Graph& g, ConcurrencyProbe* probe, int width,
   return add_all(g, parts, "total");
 }
 
-// Runs `fn` on `callers` threads at once; fails the test past 60 s.
-template <typename Fn>
-void on_threads(int callers, Fn fn) {
-  std::latch start(callers);
-  std::vector<std::future<void>> done;
-  for (int t = 0; t < callers; ++t) {
-    done.push_back(std::async(std::launch::async, [&, t] {
-      start.arrive_and_wait();
-      fn(t);
-    }));
-  }
-  for (auto& f : done) {
-    ASSERT_EQ(f.wait_for(std::chrono::seconds(60)), std::future_status::ready) << "hung";
-    f.get();
-  }
-}
-
 TEST(SessionThreadsTest, PeakKernelConcurrencyNeverExceedsThePoolSize) {
   for (int threads : {1, 2}) {
     SCOPED_TRACE(threads);
@@ -108,7 +93,7 @@ TEST(SessionThreadsTest, PeakKernelConcurrencyNeverExceedsThePoolSize) {
     SessionOptions options;
     options.inter_op_threads = threads;
     auto s = testing::make_session(g, options);
-    on_threads(6, [&](int) {
+    run_together("6 callers", 6, [&](int) {
       for (int r = 0; r < 5; ++r) {
         EXPECT_THAT(s->run({}, {total}), IsOkAndHolds(ElementsAre(TensorEq(Tensor(8.0f)))));
       }
@@ -131,7 +116,7 @@ TEST(SessionThreadsTest, SessionsSharingAPoolShareItsThreads) {
   options.inter_op_threads = 64;  // ignored: the pool decides
   auto s1 = testing::make_session(g1, options);
   auto s2 = testing::make_session(g2, options);
-  on_threads(6, [&](int t) {
+  run_together("6 callers, 2 sessions", 6, [&](int t) {
     Session& s = t % 2 == 0 ? *s1 : *s2;
     const Output& total = t % 2 == 0 ? t1 : t2;
     for (int r = 0; r < 5; ++r) {
@@ -185,7 +170,7 @@ TEST(SessionThreadsTest, KernelsMayCallSessionsWithoutDeadlock) {
     Output total = add_all(g, calls, "total");
     auto s = testing::make_session(g, options);
     self = s.get();
-    on_threads(3, [&](int) {
+    run_together("3 callers", 3, [&](int) {
       for (int r = 0; r < 5; ++r) {
         EXPECT_THAT(s->run({}, {total}), IsOkAndHolds(ElementsAre(TensorEq(Tensor(96.0f)))));
       }
@@ -204,12 +189,11 @@ TEST(SessionThreadsTest, CallersInsideOneTbbTasksAndOtherArenas) {
     Result<std::vector<Tensor>> out = s->run({{x, Tensor(v)}}, {y});
     if (out.is_ok() && (*out)[0].scalar<float>() == v * v + v) ok.fetch_add(1);
   };
-  auto done = std::async(std::launch::async, [&] {
+  run_bounded("callers in oneTBB tasks", [&] {
     tbb::parallel_for(0, 64, check);  // workers of the default arena
     tbb::task_arena other(2);
     other.execute([&] { tbb::parallel_for(64, 128, check); });
   });
-  ASSERT_EQ(done.wait_for(std::chrono::seconds(60)), std::future_status::ready) << "hung";
   EXPECT_EQ(ok.load(), 128);
 }
 
@@ -248,19 +232,21 @@ TEST(SessionThreadsTest, ExtendWhileOtherThreadsRun) {
   constexpr int kExtensions = 40;
   std::atomic<bool> extending{true};
   std::atomic<int> runs{0};
-  auto extender = std::async(std::launch::async, [&] {
-    while (runs.load() < 3) std::this_thread::yield();  // the runners are running
-    for (int i = 0; i < kExtensions; ++i) {
-      // Each new node adds i to y; run it right after extending.
-      Output z =
-          ops::Add(g, y, ops::Const(g, Tensor(static_cast<float>(i))), fmt::format("z{}", i));
-      EXPECT_THAT(s->extend(g), IsOk());
-      EXPECT_THAT(s->run({{x, Tensor(1.0f)}}, {z}),
-                  IsOkAndHolds(ElementsAre(TensorEq(Tensor(2.0f + static_cast<float>(i))))));
+  // Three runners on the old signature, one thread extending.
+  run_together("extend under load", 4, [&](int t) {
+    if (t == 3) {
+      while (runs.load() < 3) std::this_thread::yield();  // the runners are running
+      for (int i = 0; i < kExtensions; ++i) {
+        // Each new node adds i to y; run it right after extending.
+        Output z =
+            ops::Add(g, y, ops::Const(g, Tensor(static_cast<float>(i))), fmt::format("z{}", i));
+        EXPECT_THAT(s->extend(g), IsOk());
+        EXPECT_THAT(s->run({{x, Tensor(1.0f)}}, {z}),
+                    IsOkAndHolds(ElementsAre(TensorEq(Tensor(2.0f + static_cast<float>(i))))));
+      }
+      extending.store(false);
+      return;
     }
-    extending.store(false);
-  });
-  on_threads(3, [&](int t) {
     int i = 0;
     while (extending.load()) {
       const auto v = static_cast<float>(t * 1000 + i++);
@@ -269,8 +255,6 @@ TEST(SessionThreadsTest, ExtendWhileOtherThreadsRun) {
       runs.fetch_add(1);
     }
   });
-  ASSERT_EQ(extender.wait_for(std::chrono::seconds(60)), std::future_status::ready) << "hung";
-  extender.get();
   EXPECT_GT(runs.load(), 0);
   EXPECT_EQ(s->graph().num_nodes(), g.num_nodes());
   // Every extension is still runnable by name.
