@@ -9,6 +9,7 @@
 
 #include <graphrun/graphrun.h>
 
+#include <array>
 #include <vector>
 
 #include "bench/common/raw_graph.h"
@@ -34,6 +35,13 @@ struct SmallGraph {
     Output i = ops::Square(g, h, "i");
     j = ops::Add(g, i, f, "j");
     check_ok(g.status(), "building the small graph");
+  }
+
+  // The raw baselines' layout of the 10 nodes: x and y fed, j fetched.
+  RawLayout raw_layout(KernelTable& kernels) const {
+    const std::array<Output, 2> feeds{x, y};
+    const std::array<Output, 1> fetches{j};
+    return RawLayout::make(g, kernels, feeds, fetches, {});
   }
 };
 

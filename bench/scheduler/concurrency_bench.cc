@@ -106,9 +106,7 @@ tbb::task_arena& shared_raw_arena() {
 void BM_Throughput_RawFlowGraph(benchmark::State& state) {
   SmallGraph sg;
   KernelTable kernels(sg.g);
-  const std::array<Output, 2> feed_outputs{sg.x, sg.y};
-  const std::array<Output, 1> fetch_outputs{sg.j};
-  RawLayout layout = RawLayout::make(sg.g, kernels, feed_outputs, fetch_outputs, {});
+  RawLayout layout = sg.raw_layout(kernels);
   tbb::task_arena& arena = shared_raw_arena();
   std::unique_ptr<RawFlowGraph> raw;
   arena.execute([&] { raw = std::make_unique<RawFlowGraph>(layout, tbb_runtime()); });
@@ -131,9 +129,7 @@ void BM_Throughput_RawFlowGraph(benchmark::State& state) {
 void BM_Throughput_Sequential(benchmark::State& state) {
   SmallGraph sg;
   KernelTable kernels(sg.g);
-  const std::array<Output, 2> feed_outputs{sg.x, sg.y};
-  const std::array<Output, 1> fetch_outputs{sg.j};
-  RawLayout layout = RawLayout::make(sg.g, kernels, feed_outputs, fetch_outputs, {});
+  RawLayout layout = sg.raw_layout(kernels);
   RawSequential seq(layout);
   const std::array<Tensor, 2> feeds{Tensor(kX), Tensor(kY)};
   std::array<Tensor, 1> fetches;

@@ -108,9 +108,7 @@ BENCHMARK(BM_SmallGraph_Callable)->UseRealTime();
 void BM_SmallGraph_RawFlowGraph(benchmark::State& state) {
   SmallGraph sg;
   KernelTable kernels(sg.g);
-  const std::array<Output, 2> feed_outputs{sg.x, sg.y};
-  const std::array<Output, 1> fetch_outputs{sg.j};
-  RawLayout layout = RawLayout::make(sg.g, kernels, feed_outputs, fetch_outputs, {});
+  RawLayout layout = sg.raw_layout(kernels);
   if (layout.items.size() != kNodes) state.SkipWithError("layout size");
   tbb::task_arena arena(session_threads());
   std::unique_ptr<RawFlowGraph> raw;
@@ -200,9 +198,7 @@ BENCHMARK(BM_SmallGraph_RawFlowGraphFloat)->UseRealTime();
 void BM_SmallGraph_Sequential(benchmark::State& state) {
   SmallGraph sg;
   KernelTable kernels(sg.g);
-  const std::array<Output, 2> feed_outputs{sg.x, sg.y};
-  const std::array<Output, 1> fetch_outputs{sg.j};
-  RawLayout layout = RawLayout::make(sg.g, kernels, feed_outputs, fetch_outputs, {});
+  RawLayout layout = sg.raw_layout(kernels);
   RawSequential seq(layout);
   const std::array<Tensor, 2> feeds{Tensor(kX), Tensor(kY)};
   std::array<Tensor, 1> fetches;
