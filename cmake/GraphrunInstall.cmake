@@ -31,6 +31,12 @@ install(EXPORT graphrunTargets
   DESTINATION ${GRAPHRUN_INSTALL_CMAKEDIR}
   COMPONENT graphrun_development)
 
+# tbbmalloc backs tensor buffers unless the build turned it off.
+if(GRAPHRUN_TBBMALLOC)
+  set(GRAPHRUN_TBB_EXTRA_COMPONENTS " tbbmalloc")
+else()
+  set(GRAPHRUN_TBB_EXTRA_COMPONENTS "")
+endif()
 configure_package_config_file(
   ${PROJECT_SOURCE_DIR}/cmake/graphrunConfig.cmake.in
   ${PROJECT_BINARY_DIR}/graphrunConfig.cmake

@@ -1,5 +1,9 @@
 #include <graphrun/tensor.h>
 
+#if GRAPHRUN_TBBMALLOC
+#include <oneapi/tbb/scalable_allocator.h>
+#endif
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -133,8 +137,8 @@ struct alignas(64) TensorBuffer {
   std::byte* data() { return reinterpret_cast<std::byte*>(this + 1); }
 
   static TensorBuffer* create(std::size_t bytes, bool zero) {
-    void* mem = ::operator new (sizeof(TensorBuffer) + bytes, std::align_val_t{64});
-    auto* b = new (mem) TensorBuffer;
+    ++allocated_by_this_thread;
+    auto* b = new (allocate(sizeof(TensorBuffer) + bytes)) TensorBuffer;
     b->bytes = bytes;
     if (zero && bytes > 0) std::memset(b->data(), 0, bytes);
     return b;
@@ -145,11 +149,36 @@ struct alignas(64) TensorBuffer {
   void unref() {
     if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
       this->~TensorBuffer();
-      ::operator delete (static_cast<void*>(this), std::align_val_t{64});
+      deallocate(this);
     }
+  }
+
+  static thread_local int64_t allocated_by_this_thread;
+
+ private:
+  // 64-byte aligned memory (header, then data).
+  static void* allocate(std::size_t n) {
+#if GRAPHRUN_TBBMALLOC
+    void* mem = scalable_aligned_malloc(n, 64);
+    if (mem == nullptr) throw std::bad_alloc();
+    return mem;
+#else
+    return ::operator new (n, std::align_val_t{64});
+#endif
+  }
+  static void deallocate(void* mem) {
+#if GRAPHRUN_TBBMALLOC
+    scalable_aligned_free(mem);
+#else
+    ::operator delete (mem, std::align_val_t{64});
+#endif
   }
 };
 static_assert(sizeof(TensorBuffer) == 64);
+
+thread_local int64_t TensorBuffer::allocated_by_this_thread = 0;
+
+int64_t tensor_buffers_allocated_by_this_thread() { return TensorBuffer::allocated_by_this_thread; }
 }  // namespace internal
 
 namespace {

@@ -128,6 +128,8 @@ class Shape {
 
 namespace internal {
 struct TensorBuffer;
+// Tensor buffers the calling thread has allocated so far (allocation tests).
+int64_t tensor_buffers_allocated_by_this_thread();
 }  // namespace internal
 
 class Tensor {
