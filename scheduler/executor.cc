@@ -14,15 +14,24 @@ namespace graphrun::sched {
 namespace {
 
 void tbb_parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn) {
-  // Runs in the arena of the calling kernel (the session's): intra-op work
-  // shares the inter-op threads.
+  // Runs in the arena of the calling kernel's pool: intra-op work shares
+  // the inter-op threads.
   ThreadPool::Impl* const pool = ThreadPool::Impl::current;  // the kernel's
-  tbb::parallel_for(
-      tbb::blocked_range<int64_t>(0, n, static_cast<std::size_t>(std::max<int64_t>(grain, 1))),
-      [&](const tbb::blocked_range<int64_t>& r) {
-        const ThreadPool::Impl::Inside inside(pool);
-        fn(r.begin(), r.end());
-      });
+  auto loop = [&] {
+    tbb::parallel_for(
+        tbb::blocked_range<int64_t>(0, n, static_cast<std::size_t>(std::max<int64_t>(grain, 1))),
+        [&](const tbb::blocked_range<int64_t>& r) {
+          const ThreadPool::Impl::Inside inside(pool);
+          fn(r.begin(), r.end());
+        });
+  };
+  // A kernel of an inline step runs outside the arena: enter it (from
+  // inside, execute() neither takes a permit nor switches arenas).
+  if (pool != nullptr) {
+    pool->execute(loop);
+  } else {
+    loop();
+  }
 }
 
 std::shared_ptr<ThreadPool> pool_for(const SessionOptions& o) {
@@ -127,7 +136,8 @@ Result<PartialRunHandle> SessionImpl::partial_run_setup(const std::vector<Tensor
   GRAPHRUN_ASSIGN_OR_RETURN(auto prepared, prepare(feeds, fetches, targets, /*partial=*/true));
   auto& [sig, entry] = prepared;
 
-  auto run = std::make_shared<PartialRun>(this, entry, std::move(sig), new_partial_run_id());
+  auto run =
+      std::make_shared<PartialRun>(this, entry.share(), std::move(sig), new_partial_run_id());
   {
     std::lock_guard lock(runs_mu_);
     if (open_runs_.size() >= options_.max_open_partial_runs) {
@@ -136,12 +146,8 @@ Result<PartialRunHandle> SessionImpl::partial_run_setup(const std::vector<Tensor
           open_runs_.size());
     }
   }
-  StepControl control;
-  control.step_id = next_step_id_.fetch_add(1, std::memory_order_relaxed);  // relaxed: unique ids
-  control.session_closed = &closed_;
-  control.pool = &pool_->impl();
-  control.trace = options.trace;
-  control.epoch = epoch_;
+  // A partial run's deadlines are per call (PartialRun::call's timer).
+  const StepControl control = step_control(options.trace, std::nullopt);
   // Started before it is registered: nothing else can reach it meanwhile.
   in_arena([&] { run->start(control); });
   bool registered = false;
@@ -236,9 +242,10 @@ Status SessionImpl::extend(const Graph& grown) {
 }
 
 template <typename FeedRefs>
-Result<std::pair<Signature, std::shared_ptr<PlanEntry>>> SessionImpl::prepare(
-    const FeedRefs& feeds, const std::vector<TensorRef>& fetches,
-    const std::vector<TargetRef>& targets, bool partial) {
+Result<std::pair<Signature, PlanLease>> SessionImpl::prepare(const FeedRefs& feeds,
+                                                             const std::vector<TensorRef>& fetches,
+                                                             const std::vector<TargetRef>& targets,
+                                                             bool partial) {
   const StripedSharedLock graph_lock(graph_mu_);
   GRAPHRUN_ASSIGN_OR_RETURN(Signature sig, resolve(feeds, fetches, targets));
   if (partial) {
@@ -254,8 +261,8 @@ Result<std::pair<Signature, std::shared_ptr<PlanEntry>>> SessionImpl::prepare(
     sig.targets.erase(std::unique(sig.targets.begin(), sig.targets.end()), sig.targets.end());
     sig.partial = true;
   }
-  GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<PlanEntry> entry, plan_for(sig));
-  return std::pair<Signature, std::shared_ptr<PlanEntry>>(std::move(sig), std::move(entry));
+  GRAPHRUN_ASSIGN_OR_RETURN(PlanLease entry, plan_for(sig));
+  return std::pair<Signature, PlanLease>(std::move(sig), std::move(entry));
 }
 
 Result<Output> SessionImpl::resolve_tensor(const TensorRef& ref) const {
@@ -386,14 +393,14 @@ std::string signature_key(const Signature& sig) {
 }
 }  // namespace
 
-Result<std::shared_ptr<PlanEntry>> SessionImpl::plan_for(const Signature& sig) {
+Result<PlanLease> SessionImpl::plan_for(const Signature& sig) {
   std::string key = signature_key(sig);
-  if (std::shared_ptr<PlanEntry> hit = cache_.find(key)) return hit;
+  if (PlanLease hit = cache_.find(key)) return hit;
   Result<std::shared_ptr<const Plan>> plan =
       build_plan(graph_, sig, [this](const Node& n) { return kernel_for(n); });
   if (!plan.is_ok()) return plan.status();
   std::vector<std::shared_ptr<PlanEntry>> evicted;
-  std::shared_ptr<PlanEntry> entry = cache_.insert(key, std::move(*plan), &evicted);
+  PlanLease entry = cache_.insert(key, std::move(*plan), &evicted);
   if (!evicted.empty()) in_arena([&] { evicted.clear(); });
   return entry;
 }
@@ -423,22 +430,45 @@ Status SessionImpl::check_feed(const Plan& plan, std::size_t f, const Tensor& va
   return Status::ok();
 }
 
+namespace {
+// Step ids are unique in the process (as TF's): each thread takes blocks of
+// ids from one counter, so concurrent runs do not bounce its cache line.
+int64_t new_step_id() {
+  constexpr int64_t kBlock = 1024;
+  static std::atomic<int64_t> next_block{1};
+  thread_local int64_t next = 0;
+  thread_local int64_t end = 0;
+  if (next == end) {
+    next = next_block.fetch_add(kBlock, std::memory_order_relaxed);  // relaxed: unique ids only
+    end = next + kBlock;
+  }
+  return next++;
+}
+}  // namespace
+
+StepControl SessionImpl::step_control(bool trace,
+                                      std::optional<std::chrono::milliseconds> timeout) {
+  StepControl control;
+  control.step_id = new_step_id();
+  if (timeout) control.deadline = std::chrono::steady_clock::now() + *timeout;
+  control.session_closed = &closed_;
+  control.pool = &pool_->impl();
+  control.trace = trace;
+  control.epoch = epoch_;
+  return control;
+}
+
 Status SessionImpl::execute(PlanEntry& entry, std::span<const Tensor> feeds, std::span<Tensor> out,
                             const RunOptions& options, RunMetadata* metadata) {
   const Plan& plan = *entry.plan;
-  StepControl control;
-  control.step_id =
-      next_step_id_.fetch_add(1, std::memory_order_relaxed);  // relaxed: unique ids only
-  if (options.timeout) control.deadline = std::chrono::steady_clock::now() + *options.timeout;
-  control.session_closed = &closed_;
-  control.pool = &pool_->impl();
-  control.trace = options.trace && metadata != nullptr;
-  control.epoch = epoch_;
+  const StepControl control = step_control(options.trace && metadata != nullptr, options.timeout);
 
   Status status;
-  in_arena([&] {
+  auto step = [&] {
     std::unique_ptr<FlowInstance> inst = entry.pool.take();
-    if (inst == nullptr) inst = std::make_unique<FlowInstance>(plan, runtime_);
+    // Flow graphs are built and destroyed in the arena (the nested entry
+    // is cheap from inside it and rare from an inline step).
+    if (inst == nullptr) in_arena([&] { inst = std::make_unique<FlowInstance>(plan, runtime_); });
     RunState& state = inst->state();
     state.begin(control, feeds);
     if (!plan.nodes.empty()) inst->run();
@@ -446,9 +476,15 @@ Status SessionImpl::execute(PlanEntry& entry, std::span<const Tensor> feeds, std
     if (status.is_ok()) state.take_fetches(out);
     if (control.trace) state.collect_stats(*metadata);
     state.finish();
-    inst =
-        entry.pool.give_back(std::move(inst));  // destroyed here (in the arena) if the pool is full
-  });
+    inst = entry.pool.give_back(std::move(inst));  // handed back when the pool is full
+    if (inst != nullptr) in_arena([&] { inst.reset(); });
+  };
+  // Traced steps enter the arena: step statistics name arena slots.
+  if (plan.run_inline && !control.trace) {
+    pool_->impl().run_inline(step);
+  } else {
+    in_arena(step);
+  }
   return status;
 }
 
@@ -459,7 +495,7 @@ Result<std::vector<Tensor>> SessionImpl::run(const FeedList& feeds,
   const CallScope call(this);
   GRAPHRUN_RETURN_IF_ERROR(check_open());
   GRAPHRUN_ASSIGN_OR_RETURN(auto prepared, prepare(feeds, fetches, targets, /*partial=*/false));
-  const std::shared_ptr<PlanEntry>& entry = prepared.second;
+  const PlanLease& entry = prepared.second;
   std::vector<Tensor> values;
   values.reserve(feeds.size());
   for (const Feed& f : feeds) values.push_back(f.value);
@@ -475,7 +511,7 @@ Result<Callable> SessionImpl::make_callable(const std::vector<TensorRef>& feeds,
   const CallScope call(this);
   GRAPHRUN_RETURN_IF_ERROR(check_open());
   GRAPHRUN_ASSIGN_OR_RETURN(auto prepared, prepare(feeds, fetches, targets, /*partial=*/false));
-  return Callable(std::make_unique<CallableImpl>(this, std::move(prepared.second)));
+  return Callable(std::make_unique<CallableImpl>(this, prepared.second.share()));
 }
 
 }  // namespace graphrun::sched

@@ -95,9 +95,10 @@ class SessionImpl {
   Result<const Node*> resolve_target_locked(const TargetRef& ref) const;
   // Resolves a signature and finds or compiles its plan, under graph_mu_.
   template <typename FeedRefs>
-  Result<std::pair<Signature, std::shared_ptr<PlanEntry>>> prepare(
-      const FeedRefs& feeds, const std::vector<TensorRef>& fetches,
-      const std::vector<TargetRef>& targets, bool partial);
+  Result<std::pair<Signature, PlanLease>> prepare(const FeedRefs& feeds,
+                                                  const std::vector<TensorRef>& fetches,
+                                                  const std::vector<TargetRef>& targets,
+                                                  bool partial);
   std::string new_partial_run_id();
   void schedule_idle_sweep();
   void sweep_idle_partial_runs();
@@ -111,8 +112,11 @@ class SessionImpl {
   Result<Signature> resolve_impl(const FeedRefs& feeds, RefOf ref_of,
                                  const std::vector<TensorRef>& fetches,
                                  const std::vector<TargetRef>& targets) const;
-  Result<std::shared_ptr<PlanEntry>> plan_for(const Signature& sig);
+  Result<PlanLease> plan_for(const Signature& sig);
   Result<OpKernel*> kernel_for(const Node& node);
+  // A new step's control: a fresh step id, this session's flags and pool,
+  // and a deadline `timeout` from now if given.
+  StepControl step_control(bool trace, std::optional<std::chrono::milliseconds> timeout);
 
   // The graph grows (extend) while runs resolve names and compile plans:
   // those hold graph_mu_ shared, extend holds it exclusive. Nodes are never
@@ -130,8 +134,7 @@ class SessionImpl {
   // read under graph_mu_ shared, reallocated by extend under it exclusive.
   std::unique_ptr<std::atomic<OpKernel*>[]> kernel_ptrs_;
   std::atomic<bool> closed_{false};
-  StripedCounter calls_in_flight_;  // public calls inside the session
-  std::atomic<int64_t> next_step_id_{1};
+  StripedCounter calls_in_flight_;           // public calls inside the session
   std::atomic<int64_t> next_run_serial_{1};  // relaxed: uniqueness only
   std::chrono::steady_clock::time_point epoch_;
 

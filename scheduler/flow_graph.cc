@@ -12,6 +12,7 @@ int64_t FlowInstance::live_count() { return g_live_instances.load(std::memory_or
 
 FlowInstance::FlowInstance(const Plan& plan, const KernelRuntime& runtime) : state_(plan, runtime) {
   g_live_instances.fetch_add(1, std::memory_order_relaxed);
+  if (plan.run_inline) return;  // run() calls the bodies itself
   const std::size_t n = plan.nodes.size();
   RunState* state = &state_;
   senders_.reserve(n);
@@ -102,6 +103,13 @@ FlowInstance::~FlowInstance() {
 }
 
 void FlowInstance::run() {
+  const Plan& plan = state_.plan();
+  if (plan.run_inline) {
+    // Plan order is topological: each node's inputs are ready.
+    const auto n = static_cast<int32_t>(plan.nodes.size());
+    for (int32_t i = 0; i < n; ++i) state_.execute(i);
+    return;
+  }
   for (tbb::flow::receiver<continue_msg>* root : roots_) root->try_put(continue_msg());
   graph_.wait_for_all();
 }

@@ -32,7 +32,9 @@ class FlowInstance {
   ~FlowInstance();
 
   RunState& state() { return state_; }
-  // Triggers the roots and waits, helping, until every node has run.
+  // Triggers the roots and waits, helping, until every node has run; for a
+  // Plan::run_inline plan (no flow-graph nodes), runs the nodes in order on
+  // the calling thread, which need not be inside the arena.
   void run();
 
   // Partial runs (plans with Plan::partial): trigger the roots that need no

@@ -118,6 +118,9 @@ void choose_policies(Plan& plan) {
       run_in[s] = std::max(run_in[s], out);
     }
   }
+  plan.run_inline = !plan.partial && n > 0 &&
+                    std::all_of(plan.nodes.begin(), plan.nodes.end(),
+                                [](const NodeItem& item) { return item.lightweight; });
 }
 
 }  // namespace

@@ -6,7 +6,8 @@
 
 #include <oneapi/tbb/task_arena.h>
 
-#include <semaphore>
+#include "scheduler/permits.h"
+
 #include <utility>
 
 namespace graphrun {
@@ -28,35 +29,49 @@ struct ThreadPool::Impl {
   //   as one is free.
   template <typename F>
   void execute(F&& fn) {
-    if (current != this) {
-      permits_.acquire();
-      struct Release {
-        std::counting_semaphore<>& s;
-        ~Release() { s.release(); }
-      } release{permits_};
-      enter(fn);
-    } else {
-      enter(fn);
-    }
-  }
-
-  const int threads;
-  tbb::task_arena arena;
-
- private:
-  template <typename F>
-  void enter(F& fn) {
+    const Admission admitted(this);
     arena.execute([&] {
       const Inside inside(this);
       fn();
     });
   }
 
-  std::counting_semaphore<> permits_;
+  // Runs `fn` on the calling thread without entering the arena, under the
+  // same permit (steps that run their kernels inline: Plan::run_inline).
+  // `fn` must not spawn work; what it needs from the arena (parallel_for,
+  // building a flow graph) goes through execute().
+  template <typename F>
+  void run_inline(F&& fn) {
+    const Admission admitted(this);
+    const Inside inside(this);
+    fn();
+  }
+
+  const int threads;
+  tbb::task_arena arena;
+
+ private:
+  // Holds a permit for its scope unless the thread is already inside.
+  class Admission {
+   public:
+    explicit Admission(Impl* pool) : pool_(current != pool ? pool : nullptr) {
+      if (pool_ != nullptr) pool_->permits_.acquire();
+    }
+    ~Admission() {
+      if (pool_ != nullptr) pool_->permits_.release();
+    }
+    Admission(const Admission&) = delete;
+    Admission& operator=(const Admission&) = delete;
+
+   private:
+    Impl* pool_;
+  };
+
+  sched::Permits permits_;
 
  public:
   // The pool whose arena the calling thread is executing in (innermost):
-  // set by enter() for callers, and around every kernel (and parallel_for
+  // set by execute() and run_inline() for callers, and around every kernel (and parallel_for
   // chunk) by the scheduler, so workers count as inside too.
   static thread_local Impl* current;
 

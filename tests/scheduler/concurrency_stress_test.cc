@@ -2,8 +2,9 @@
 // "Tests"): locked variable updates from many threads (TensorFlow's
 // dense_update_ops_test locking tests), snapshot reads, random streams and
 // iterators shared by concurrent runs, a mixed load closed mid-way, calls
-// from inside oneTBB tasks and kernels, blocking kernels, deadlines and
-// close() while kernels run, and destroying a session under open handles.
+// from inside oneTBB tasks and kernels, blocking kernels, plans evicted from
+// the plan cache while their runs are in flight, deadlines and close()
+// while kernels run, and destroying a session under open handles.
 //
 // Every test body runs under a watchdog (run_bounded): a deadlock fails the
 // test and aborts the binary instead of hanging until ctest's timeout.
@@ -28,6 +29,7 @@
 #include <thread>
 #include <vector>
 
+#include "scheduler/flow_graph.h"
 #include "tests/testing/op_harness.h"
 #include "tests/testing/threads.h"
 
@@ -972,6 +974,95 @@ TEST(ConcurrencyStressTest, BlockingKernelsFromFourThreadsOnTwoInterOpThreadsAll
   });
   EXPECT_EQ(problems.count(), 0) << problems.report();
   EXPECT_EQ(sleeps.load(), kThreads * kRounds * 2);
+}
+
+// ---- 8b. Plans evicted from the cache while their runs are in flight ----
+
+// A run holds its plan while a second signature evicts it (capacity 1) and
+// a third evicts that one: the held plan stays valid until the run ends,
+// and is rebuilt when asked for again. No flow-graph instance outlives the
+// session.
+TEST(ConcurrencyStressTest, PlanEvictedDuringItsRunStaysValidUntilTheRunEnds) {
+  const int64_t live_before = sched::FlowInstance::live_count();
+  run_bounded("eviction during a run", [&] {
+    Signal started, release;
+    Graph g;
+    Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+    Output held = ops::Call(
+        g, {x}, {DType::kFloat32},
+        [&](OpKernelContext& ctx) -> Status {
+          started.notify();
+          release.wait();
+          return ctx.set_output(0, ctx.input(0));
+        },
+        {.output_shapes = {Shape{}}}, "held")[0];
+    Output y = ops::Add(g, held, ops::Const(g, Tensor(1.0f)), "y");
+    Output neg = ops::Neg(g, x, "neg");
+    Output twice = ops::Add(g, x, x, "twice");
+    ASSERT_GRAPH_OK(g);
+    SessionOptions o;
+    o.plan_cache_capacity = 1;
+    auto s = make_session(g, o);
+    std::future<Result<Tensor>> first = std::async(std::launch::async, [&] {
+      return fetch(*s, y, {{x, Tensor(3.0f)}});
+    });
+    started.wait();
+    // y's plan is evicted, then neg's, while y's run is still in its kernel.
+    for (int i = 0; i < 3; ++i) {
+      EXPECT_THAT(fetch(*s, neg, {{x, Tensor(2.0f)}}), IsOkAndHolds(TensorEq(Tensor(-2.0f))));
+    }
+    EXPECT_THAT(fetch(*s, twice, {{x, Tensor(2.0f)}}), IsOkAndHolds(TensorEq(Tensor(4.0f))));
+    EXPECT_EQ(s->num_cached_plans(), 1u);
+    release.notify();
+    EXPECT_THAT(first.get(), IsOkAndHolds(TensorEq(Tensor(4.0f))));
+    // Rebuilt on demand; the retired plan goes at this insert.
+    EXPECT_THAT(fetch(*s, y, {{x, Tensor(5.0f)}}), IsOkAndHolds(TensorEq(Tensor(6.0f))));
+    EXPECT_EQ(s->num_cached_plans(), 1u);
+  });
+  EXPECT_EQ(sched::FlowInstance::live_count(), live_before);
+}
+
+// Four threads cycle through five signatures (inline and flow-graph plans)
+// on a cache of two: constant eviction under concurrent leases. Every
+// result is right and nothing leaks.
+TEST(ConcurrencyStressTest, ThreadsCyclingSignaturesThroughASmallPlanCacheGetRightResults) {
+  const int64_t live_before = sched::FlowInstance::live_count();
+  run_bounded("signatures through a small cache", [&] {
+    Graph g;
+    Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+    std::vector<Output> outs;  // outs[k] = x * (k + 1)
+    for (int k = 1; k <= 4; ++k) {
+      outs.push_back(ops::Mul(g, x, ops::Const(g, Tensor(static_cast<float>(k)))));
+    }
+    // Not cheap: this signature's plan runs on the flow graph.
+    outs.push_back(ops::Call(
+        g, {x}, {DType::kFloat32},
+        [](std::span<const Tensor> in) -> Result<std::vector<Tensor>> {
+          return std::vector<Tensor>{Tensor(5 * in[0].scalar<float>())};
+        },
+        {.output_shapes = {Shape{}}}, "times5")[0]);
+    ASSERT_GRAPH_OK(g);
+    SessionOptions o;
+    o.plan_cache_capacity = 2;
+    auto s = make_session(g, o);
+    Problems problems;
+    constexpr int kRuns = 300;
+    run_together("cycling signatures", 4, [&](int t) {
+      for (int r = 0; r < kRuns; ++r) {
+        const auto k = static_cast<std::size_t>((t + r) % 5);
+        const auto v = static_cast<float>(t * 1000 + r);
+        Result<Tensor> got = fetch(*s, outs[k], {{x, Tensor(v)}});
+        if (!got.is_ok()) {
+          problems.add(got.status().to_string());
+        } else if (got->scalar<float>() != v * static_cast<float>(k + 1)) {
+          problems.add(fmt::format("signature {} of {} gave {}", k, v, got->to_string()));
+        }
+      }
+    });
+    EXPECT_EQ(problems.count(), 0) << problems.report();
+    EXPECT_LE(s->num_cached_plans(), 2u);
+  });
+  EXPECT_EQ(sched::FlowInstance::live_count(), live_before);
 }
 
 // ---- 9. Deadlines and close() while kernels run ----

@@ -181,6 +181,33 @@ TEST_F(PlanTest, PartialRunFetchedNodesSuccessorsKeepTheirTask) {
   EXPECT_TRUE(lightweight(*full, b));
 }
 
+TEST_F(PlanTest, FullRunsOfOnlyLightweightNodesRunInline) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  Output a = ops::Neg(g, x, "a");
+  Output b = ops::Add(g, a, x, "b");
+  Output one = ops::Const(g, Tensor::filled<float>(Shape{2, 2}, 1.0f), "one");
+  Output mm = ops::MatMul(g, one, one, {}, "mm");  // never cheap
+  ASSERT_THAT(g.status(), IsOk());
+  auto cheap = plan(g, Signature{.feeds = {x}, .fetches = {b}});
+  ASSERT_NE(cheap, nullptr);
+  EXPECT_TRUE(cheap->run_inline);
+  // One expensive node: the step needs the flow graph.
+  auto mixed = plan(g, Signature{.feeds = {x}, .fetches = {b, mm}});
+  ASSERT_NE(mixed, nullptr);
+  EXPECT_FALSE(mixed->run_inline);
+  // Partial runs suspend at their feeds: always the flow graph.
+  auto partial = plan(g, Signature{.feeds = {x}, .fetches = {b}, .partial = true});
+  ASSERT_NE(partial, nullptr);
+  EXPECT_FALSE(partial->run_inline);
+  // A chain longer than kMaxLightweightRun is not all lightweight.
+  Output y = x;
+  for (int i = 0; i < kMaxLightweightRun + 1; ++i) y = ops::Neg(g, y);
+  auto chain = plan(g, Signature{.feeds = {x}, .fetches = {y}});
+  ASSERT_NE(chain, nullptr);
+  EXPECT_FALSE(chain->run_inline);
+}
+
 // Every node inline would nest 50k deep: far past a thread's stack.
 TEST(LightweightChainTest, LongChainsOfCheapNodesRun) {
   Graph g;

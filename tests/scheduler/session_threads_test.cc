@@ -1,7 +1,7 @@
 // Threads and sessions (issue 4): the peak number of threads running a
-// session's kernels never exceeds its pool, pools shared by sessions, graph
-// extension while other threads run, callers that are themselves inside an
-// arena.
+// session's kernels never exceeds its pool (inline steps included), pools
+// shared by sessions, graph extension while other threads run, callers that
+// are themselves inside an arena.
 #include <graphrun/graphrun.h>
 #include <gtest/gtest.h>
 
@@ -101,6 +101,62 @@ TEST(SessionThreadsTest, PeakKernelConcurrencyNeverExceedsThePoolSize) {
     EXPECT_GE(probe.peak.load(), 1);
     EXPECT_LE(probe.peak.load(), threads);
   }
+}
+
+// A cheap kernel (so its plan runs inline on the caller, outside the arena)
+// that spreads work with parallel_for: the work must still run in the
+// session's arena, within its pool.
+class CheapSpreadKernel : public OpKernel {
+ public:
+  CheapSpreadKernel(ConcurrencyProbe* probe, std::atomic<int>* wrong_arena, int pool_size)
+      : probe_(probe), wrong_arena_(wrong_arena), pool_size_(pool_size) {}
+  bool is_cheap() const override { return true; }
+  Status compute(OpKernelContext& ctx) override {
+    ctx.parallel_for(16, 1, [&](int64_t begin, int64_t end) {
+      for (int64_t k = begin; k < end; ++k) {
+        if (tbb::this_task_arena::max_concurrency() != pool_size_) wrong_arena_->fetch_add(1);
+        probe_->enter();
+        spin_for(std::chrono::microseconds(50));
+        probe_->leave();
+      }
+    });
+    return ctx.set_output(0, ctx.input(0));
+  }
+
+ private:
+  ConcurrencyProbe* probe_;
+  std::atomic<int>* wrong_arena_;
+  int pool_size_;
+};
+
+TEST(SessionThreadsTest, IntraOpWorkOfInlineStepsStaysInThePool) {
+  // 3 threads: unlike the machine's default arena (2 on CI), so a chunk run
+  // in the wrong arena shows in max_concurrency().
+  constexpr int kPool = 3;
+  ConcurrencyProbe probe;
+  std::atomic<int> wrong_arena{0};
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  auto factory = std::make_shared<const KernelFactory>(
+      [&](OpKernelConstruction&) -> Result<std::unique_ptr<OpKernel>> {
+        return std::make_unique<CheapSpreadKernel>(&probe, &wrong_arena, kPool);
+      });
+  Result<Node*> spread =
+      g.add_node(NodeSpec{.op = "Identity", .name = "spread", .inputs = {x}, .kernel = factory});
+  ASSERT_THAT(spread.status(), IsOk());
+  Output y = ops::Neg(g, Output(*spread, 0), "y");
+  SessionOptions options;
+  options.inter_op_threads = kPool;
+  auto s = testing::make_session(g, options);
+  run_together("6 callers", 6, [&](int t) {
+    for (int r = 0; r < 5; ++r) {
+      const auto v = static_cast<float>(t * 10 + r);
+      EXPECT_THAT(s->run({{x, Tensor(v)}}, {y}), IsOkAndHolds(ElementsAre(TensorEq(Tensor(-v)))));
+    }
+  });
+  EXPECT_EQ(wrong_arena.load(), 0);
+  EXPECT_GE(probe.peak.load(), 1);
+  EXPECT_LE(probe.peak.load(), kPool);
 }
 
 TEST(SessionThreadsTest, SessionsSharingAPoolShareItsThreads) {
