@@ -149,7 +149,7 @@ Result<PartialRunHandle> SessionImpl::partial_run_setup(const std::vector<Tensor
   // A partial run's deadlines are per call (PartialRun::call's timer).
   const StepControl control = step_control(options.trace, std::nullopt);
   // Started before it is registered: nothing else can reach it meanwhile.
-  in_arena([&] { run->start(control); });
+  run_step(*entry->plan, control.trace, [&] { run->start(control); });
   bool registered = false;
   {
     std::lock_guard lock(runs_mu_);
@@ -479,12 +479,7 @@ Status SessionImpl::execute(PlanEntry& entry, std::span<const Tensor> feeds, std
     inst = entry.pool.give_back(std::move(inst));  // handed back when the pool is full
     if (inst != nullptr) in_arena([&] { inst.reset(); });
   };
-  // Traced steps enter the arena: step statistics name arena slots.
-  if (plan.run_inline && !control.trace) {
-    pool_->impl().run_inline(step);
-  } else {
-    in_arena(step);
-  }
+  run_step(plan, control.trace, step);
   return status;
 }
 

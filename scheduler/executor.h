@@ -86,6 +86,17 @@ class SessionImpl {
   void in_arena(F&& fn) {
     pool_->impl().execute(std::forward<F>(fn));
   }
+  // Runs fn, which drives a step of `plan`: on the caller without entering
+  // the arena for a Plan::run_inline plan (unless traced: step statistics
+  // name arena slots), else inside the arena.
+  template <typename F>
+  void run_step(const Plan& plan, bool trace, F&& fn) {
+    if (plan.run_inline && !trace) {
+      pool_->impl().run_inline(std::forward<F>(fn));
+    } else {
+      in_arena(std::forward<F>(fn));
+    }
+  }
   const KernelRuntime& runtime() const { return runtime_; }
   Timer& timer() { return timer_; }
 

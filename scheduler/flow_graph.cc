@@ -12,7 +12,29 @@ int64_t FlowInstance::live_count() { return g_live_instances.load(std::memory_or
 
 FlowInstance::FlowInstance(const Plan& plan, const KernelRuntime& runtime) : state_(plan, runtime) {
   g_live_instances.fetch_add(1, std::memory_order_relaxed);
-  if (plan.run_inline) return;  // run() calls the bodies itself
+  if (plan.run_inline) {
+    // run() / start_roots() / put_feed() call the bodies themselves.
+    if (!plan.partial) return;
+    const std::size_t n = plan.nodes.size();
+    pending_.resize(n);
+    ready_.reserve(n);
+    std::vector<std::vector<int32_t>> sinks(n);
+    for (std::size_t k = 0; k < plan.fetch_producers.size(); ++k) {
+      const int32_t p = plan.fetch_producers[k];
+      if (p >= 0) sinks[static_cast<std::size_t>(p)].push_back(static_cast<int32_t>(k));
+    }
+    const auto n_fetches = static_cast<int32_t>(plan.fetch_producers.size());
+    for (std::size_t t = 0; t < plan.target_nodes.size(); ++t) {
+      sinks[static_cast<std::size_t>(plan.target_nodes[t])].push_back(n_fetches +
+                                                                      static_cast<int32_t>(t));
+    }
+    for (const std::vector<int32_t>& of_node : sinks) {
+      inline_sink_begin_.push_back(static_cast<int32_t>(inline_sinks_.size()));
+      inline_sinks_.insert(inline_sinks_.end(), of_node.begin(), of_node.end());
+    }
+    inline_sink_begin_.push_back(static_cast<int32_t>(inline_sinks_.size()));
+    return;
+  }
   const std::size_t n = plan.nodes.size();
   RunState* state = &state_;
   senders_.reserve(n);
@@ -115,11 +137,49 @@ void FlowInstance::run() {
 }
 
 void FlowInstance::start_roots() {
+  const Plan& plan = state_.plan();
+  if (plan.run_inline) {
+    for (std::size_t i = 0; i < plan.nodes.size(); ++i) {
+      pending_[i] = plan.nodes[i].num_preds + plan.node_feed_inputs[i];
+      if (pending_[i] == 0) ready_.push_back(static_cast<int32_t>(i));
+    }
+    run_ready();
+    return;
+  }
   for (tbb::flow::receiver<continue_msg>* root : roots_) root->try_put(continue_msg());
 }
 
 void FlowInstance::put_feed(int f) {
+  const Plan& plan = state_.plan();
+  if (plan.run_inline) {
+    for (std::size_t k = 0; k < plan.fetch_feeds.size(); ++k) {
+      if (plan.fetch_feeds[k] == f) state_.sink_fired(static_cast<int>(k));  // a fed fetch
+    }
+    for (const int32_t reader : plan.feed_readers[static_cast<std::size_t>(f)]) {
+      if (--pending_[static_cast<std::size_t>(reader)] == 0) ready_.push_back(reader);
+    }
+    run_ready();
+    return;
+  }
   entries_[static_cast<std::size_t>(f)].try_put(continue_msg());
+}
+
+void FlowInstance::run_ready() {
+  const Plan& plan = state_.plan();
+  while (!ready_.empty()) {
+    const int32_t i = ready_.back();
+    ready_.pop_back();
+    state_.execute(i);
+    const auto u = static_cast<std::size_t>(i);
+    for (int32_t k = inline_sink_begin_[u]; k < inline_sink_begin_[u + 1]; ++k) {
+      state_.sink_fired(inline_sinks_[static_cast<std::size_t>(k)]);
+    }
+    const NodeItem& item = plan.nodes[u];
+    for (int32_t k = item.succ_begin; k < item.succ_end; ++k) {
+      const int32_t s = plan.successors[static_cast<std::size_t>(k)];
+      if (--pending_[static_cast<std::size_t>(s)] == 0) ready_.push_back(s);
+    }
+  }
 }
 
 std::unique_ptr<FlowInstance> InstancePool::take_from(Stripe& s) {

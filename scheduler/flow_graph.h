@@ -1,6 +1,8 @@
 // FlowInstance: a Plan mapped onto a tbb::flow::graph, one continue_node per
 // plan node (tbb::flow::lightweight for the plan's lightweight nodes, which
-// run inline without a task), edges for data and control dependencies.
+// run inline without a task), edges for data and control dependencies. A
+// Plan::run_inline plan gets no flow-graph nodes: the calling thread runs
+// its nodes itself, tracking readiness with per-node counts.
 // Building one costs far more than running a small one, so instances are
 // pooled per plan (InstancePool) and reused; each owns the RunState its node
 // bodies write to.
@@ -39,10 +41,14 @@ class FlowInstance {
 
   // Partial runs (plans with Plan::partial): trigger the roots that need no
   // feed without waiting; put feed `f`'s entry node (its readers may then
-  // run); wait until the graph is quiet.
+  // run); wait until the graph is quiet. For a run_inline plan, start_roots
+  // and put_feed run every node that becomes ready before they return, on
+  // the calling thread (which need not be inside the arena).
   void start_roots();
   void put_feed(int f);
-  void wait_quiet() { graph_.wait_for_all(); }
+  void wait_quiet() {
+    if (!state_.plan().run_inline) graph_.wait_for_all();
+  }
 
   // Instances alive in the process (leak tests).
   static int64_t live_count();
@@ -61,7 +67,17 @@ class FlowInstance {
       return Msg();
     }
   };
+  // Inline partial runs: runs ready_ (and what they make ready) to the end.
+  void run_ready();
+
   RunState state_;
+  // Inline partial runs: per node, predecessors and feeds still missing;
+  // per node, its sinks (fetch k, or fetches + t for target t), as ranges
+  // into inline_sinks_; nodes ready to run.
+  std::vector<int32_t> pending_;
+  std::vector<int32_t> inline_sink_begin_;
+  std::vector<int32_t> inline_sinks_;
+  std::vector<int32_t> ready_;
   // Isolated: cancelling another graph never reaches this one.
   tbb::task_group_context context_{tbb::task_group_context::isolated};
   tbb::flow::graph graph_{context_};

@@ -43,7 +43,9 @@ std::chrono::steady_clock::time_point PartialRun::last_used() const {
 
 void PartialRun::start(const StepControl& control) {
   std::unique_ptr<FlowInstance> inst = entry_->pool.take();
-  if (inst == nullptr) inst = std::make_unique<FlowInstance>(plan_, session_->runtime());
+  if (inst == nullptr) {
+    session_->in_arena([&] { inst = std::make_unique<FlowInstance>(plan_, session_->runtime()); });
+  }
   RunState& state = inst->state();
   state.begin(control, {});
   state.set_listener(this);  // before any body can report
@@ -236,7 +238,12 @@ Result<std::vector<Tensor>> PartialRun::call(const FeedList& feeds,
                                          id_, timeout.count()));
         });
   }
-  session->in_arena([&] {
+  session->run_step(plan_, options.trace && metadata != nullptr, [&] {
+    if (plan_.run_inline) {
+      // Every node the feeds make ready runs before put_feed returns.
+      for (int f : feed_ids) instance_->put_feed(f);
+      return;
+    }
     for (int k : awaited) install_waiter(k);
     // seq_cst read after installing (see RunState::record_error): an error
     // recorded before the handles existed is seen here.
@@ -295,12 +302,15 @@ void PartialRun::end(const Status& status) {
     // A closing session keeps no instance: its plans may outlive it in
     // handles, but their flow graphs must die in its arena.
     if (session != nullptr && session->check_open().is_ok()) {
-      inst = entry_->pool.give_back(std::move(inst));  // destroyed here if the pool is full
+      inst = entry_->pool.give_back(std::move(inst));  // handed back if the pool is full
+    }
+    if (inst != nullptr && session != nullptr) {
+      session->in_arena([&] { inst.reset(); });  // flow graphs die in the arena
     }
     inst.reset();
   };
   if (session != nullptr) {
-    session->in_arena(finish);
+    session->run_step(plan_, false, finish);
   } else {
     finish();
   }

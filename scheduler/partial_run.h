@@ -37,7 +37,7 @@ class PartialRun final : public StepListener {
   bool is_done() const { return ended_.load(std::memory_order_acquire); }
 
   // Borrows an instance and starts every node that needs no feed. Called
-  // once, inside the session arena.
+  // once, through SessionImpl::run_step.
   void start(const StepControl& control);
 
   Result<std::vector<Tensor>> call(const FeedList& feeds, const std::vector<TensorRef>& fetches,

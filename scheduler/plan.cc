@@ -118,9 +118,13 @@ void choose_policies(Plan& plan) {
       run_in[s] = std::max(run_in[s], out);
     }
   }
-  plan.run_inline = !plan.partial && n > 0 &&
-                    std::all_of(plan.nodes.begin(), plan.nodes.end(),
-                                [](const NodeItem& item) { return item.lightweight; });
+  // Inline steps have no nesting (a loop calls the bodies), so neither the
+  // run bound nor the partial-run sink order applies: every kernel cheap
+  // is enough.
+  plan.run_inline =
+      n > 0 && std::all_of(plan.nodes.begin(), plan.nodes.end(), [](const NodeItem& item) {
+        return item.skip_kernel || item.kernel->is_cheap();
+      });
 }
 
 }  // namespace

@@ -66,11 +66,12 @@ struct Plan {
   std::vector<int32_t> slot_readers;
   static constexpr int32_t kKeep = 1 << 30;
   std::string key;
-  // A full run whose nodes are all lightweight: the caller runs them in
-  // plan order itself, without a flow graph, a task, or entering the arena
-  // (FlowInstance::run). TF runs inexpensive kernels inline the same way;
-  // here it also spares the arena's shared counters, which made two
-  // clients of a small graph contend.
+  // Every kernel is cheap (OpKernel::is_cheap, or a NoOp): the caller runs
+  // the nodes itself — in plan order for a full run, as they become ready
+  // for a partial run — without a flow graph, a task, or entering the arena
+  // (FlowInstance). TF runs inexpensive kernels inline the same way; here
+  // it also spares the arena's shared counters, which made two clients of
+  // a small graph contend.
   bool run_inline = false;
 
   // Partial-run plans only.

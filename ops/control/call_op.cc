@@ -131,7 +131,9 @@ Status check_output(const Node& node, int i, const Tensor& t) {
 // Thread safety: as thread-safe as the user's callable (required to be).
 class CallOp final : public OpKernel {
  public:
-  explicit CallOp(std::shared_ptr<const ops::CallableFn> fn) : fn_(std::move(fn)) {}
+  CallOp(std::shared_ptr<const ops::CallableFn> fn, bool cheap)
+      : fn_(std::move(fn)), cheap_(cheap) {}
+  bool is_cheap() const override { return cheap_; }
 
   Status compute(OpKernelContext& ctx) override {
     return run_guarded([&]() -> Status {
@@ -156,13 +158,16 @@ class CallOp final : public OpKernel {
 
  private:
   const std::shared_ptr<const ops::CallableFn> fn_;
+  const bool cheap_;
 };
 
 // The callable writes the outputs through the context itself.
 // Thread safety: as thread-safe as the user's callable (required to be).
 class CallKernelOp final : public OpKernel {
  public:
-  explicit CallKernelOp(std::shared_ptr<const ops::CallableKernelFn> fn) : fn_(std::move(fn)) {}
+  CallKernelOp(std::shared_ptr<const ops::CallableKernelFn> fn, bool cheap)
+      : fn_(std::move(fn)), cheap_(cheap) {}
+  bool is_cheap() const override { return cheap_; }
 
   Status compute(OpKernelContext& ctx) override {
     GRAPHRUN_RETURN_IF_ERROR(run_guarded([&] { return (*fn_)(ctx); }));
@@ -174,6 +179,7 @@ class CallKernelOp final : public OpKernel {
 
  private:
   const std::shared_ptr<const ops::CallableKernelFn> fn_;
+  const bool cheap_;
 };
 
 Result<std::unique_ptr<OpKernel>> no_callable(OpKernelConstruction& ctx) {
@@ -253,8 +259,8 @@ std::vector<Output> Call(Graph& g, std::vector<Output> inputs, std::vector<DType
   const bool has_fn = static_cast<bool>(fn);
   auto shared = std::make_shared<const CallableFn>(std::move(fn));
   auto factory = std::make_shared<const KernelFactory>(
-      [shared](OpKernelConstruction&) -> Result<std::unique_ptr<OpKernel>> {
-        return std::make_unique<CallOp>(shared);
+      [shared, cheap = attrs.cheap](OpKernelConstruction&) -> Result<std::unique_ptr<OpKernel>> {
+        return std::make_unique<CallOp>(shared, cheap);
       });
   return add_call(g, std::move(inputs), std::move(output_dtypes), has_fn, std::move(factory), attrs,
                   name);
@@ -265,8 +271,8 @@ std::vector<Output> Call(Graph& g, std::vector<Output> inputs, std::vector<DType
   const bool has_fn = static_cast<bool>(fn);
   auto shared = std::make_shared<const CallableKernelFn>(std::move(fn));
   auto factory = std::make_shared<const KernelFactory>(
-      [shared](OpKernelConstruction&) -> Result<std::unique_ptr<OpKernel>> {
-        return std::make_unique<CallKernelOp>(shared);
+      [shared, cheap = attrs.cheap](OpKernelConstruction&) -> Result<std::unique_ptr<OpKernel>> {
+        return std::make_unique<CallKernelOp>(shared, cheap);
       });
   return add_call(g, std::move(inputs), std::move(output_dtypes), has_fn, std::move(factory), attrs,
                   name);

@@ -1,5 +1,8 @@
 // Partial runs: one execution spread over several calls
-// (docs/issue-3-partial-runs.md, test list items 1-12).
+// (docs/issue-3-partial-runs.md, test list items 1-12). Every test runs
+// twice: with the stages' kernels expensive (the plan runs on the flow
+// graph) and cheap (a plan of only cheap kernels runs inline on the caller,
+// Plan::run_inline). Delayed stages are never cheap.
 #include <graphrun/graphrun.h>
 #include <gtest/gtest.h>
 
@@ -22,6 +25,9 @@ using testing::make_session;
 using testing::StatusIs;
 using testing::TensorEq;
 
+// Whether stage() makes cheap kernels (set by the test parameter).
+bool g_cheap_stages = false;
+
 // y = f(x) with a counter and an optional delay; float32 in, float32 out.
 Output stage(Graph& g, Output x, std::atomic<int>* count, float scale, std::string_view name,
              std::chrono::milliseconds delay = std::chrono::milliseconds(0)) {
@@ -34,8 +40,15 @@ Output stage(Graph& g, Output x, std::atomic<int>* count, float scale, std::stri
         for (float& v : out.flat<float>()) v *= scale;
         return std::vector<Tensor>{out};
       },
-      {}, name)[0];
+      {.cheap = g_cheap_stages && delay.count() == 0}, name)[0];
 }
+
+class PartialRunTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { g_cheap_stages = GetParam(); }
+  void TearDown() override { g_cheap_stages = false; }
+};
+using PartialRunStressTest = PartialRunTest;
 
 // The issue's seed example: r1 = expensive(x), r2 = another_expensive(r1).
 struct Seed {
@@ -50,7 +63,7 @@ struct Seed {
   }
 };
 
-TEST(PartialRunTest, SeedExampleRunsTheExpensiveStageOnce) {
+TEST_P(PartialRunTest, SeedExampleRunsTheExpensiveStageOnce) {
   Seed m;
   auto s = make_session(m.g);
   Tensor x{1.0f, 2.0f};
@@ -76,7 +89,7 @@ TEST(PartialRunTest, SeedExampleRunsTheExpensiveStageOnce) {
   EXPECT_EQ(h->id().size(), 35u);
 }
 
-TEST(PartialRunTest, FetchingAValueComputedEarlierRunsNothing) {
+TEST_P(PartialRunTest, FetchingAValueComputedEarlierRunsNothing) {
   Seed m;
   auto s = make_session(m.g);
   auto h = s->partial_run_setup({m.r1, m.r2}, {m.x});
@@ -93,7 +106,7 @@ TEST(PartialRunTest, FetchingAValueComputedEarlierRunsNothing) {
   EXPECT_EQ(m.another.load(), 1);
 }
 
-TEST(PartialRunTest, LaterInputComputedOutsideTheGraphFromAnEarlierOutput) {
+TEST_P(PartialRunTest, LaterInputComputedOutsideTheGraphFromAnEarlierOutput) {
   Graph g;
   std::atomic<int> n{0};
   Output a = ops::Placeholder(g, DType::kFloat32, Shape{}, "a");
@@ -111,7 +124,7 @@ TEST(PartialRunTest, LaterInputComputedOutsideTheGraphFromAnEarlierOutput) {
   EXPECT_EQ(n.load(), 1);
 }
 
-TEST(PartialRunTest, SetupStartsWorkThatNeedsNoFeedAndReturnsAtOnce) {
+TEST_P(PartialRunTest, SetupStartsWorkThatNeedsNoFeedAndReturnsAtOnce) {
   Graph g;
   std::atomic<int> started{0};
   Output c = ops::Const(g, Tensor(1.0f), "c");
@@ -130,7 +143,7 @@ TEST(PartialRunTest, SetupStartsWorkThatNeedsNoFeedAndReturnsAtOnce) {
   EXPECT_EQ(started.load(), 1);
 }
 
-TEST(PartialRunTest, CallReturnsWhenItsFetchIsReadyWithoutWaitingForOtherWork) {
+TEST_P(PartialRunTest, CallReturnsWhenItsFetchIsReadyWithoutWaitingForOtherWork) {
   Graph g;
   std::atomic<int> quick_n{0};
   std::atomic<int> slow_n{0};
@@ -155,7 +168,7 @@ TEST(PartialRunTest, CallReturnsWhenItsFetchIsReadyWithoutWaitingForOtherWork) {
   EXPECT_EQ(slow_n.load(), 1);
 }
 
-TEST(PartialRunTest, StatefulOpsActOncePerPartialRun) {
+TEST_P(PartialRunTest, StatefulOpsActOncePerPartialRun) {
   Graph g;
   g.set_seed(3);
   Output r = ops::RandomUniform(g, Shape{3}, DType::kFloat32, {}, "r");
@@ -187,7 +200,7 @@ TEST(PartialRunTest, StatefulOpsActOncePerPartialRun) {
   EXPECT_THAT(s->run({}, {v}), IsOkAndHolds(ElementsAre(TensorEq(Tensor(1)))));
 }
 
-TEST(PartialRunTest, TargetsRunAndCanBeAwaited) {
+TEST_P(PartialRunTest, TargetsRunAndCanBeAwaited) {
   Graph g;
   Output v = ops::Variable(g, Tensor(0), "v");
   const Node* init = ops::GlobalVariablesInitializer(g);
@@ -204,7 +217,7 @@ TEST(PartialRunTest, TargetsRunAndCanBeAwaited) {
   EXPECT_TRUE(h->is_done());
 }
 
-TEST(PartialRunTest, MisuseErrorsLeaveTheHandleUsable) {
+TEST_P(PartialRunTest, MisuseErrorsLeaveTheHandleUsable) {
   Seed m;
   auto s = make_session(m.g);
   auto h = s->partial_run_setup({m.r1, m.r2}, {m.x});
@@ -233,7 +246,7 @@ TEST(PartialRunTest, MisuseErrorsLeaveTheHandleUsable) {
               StatusIs(StatusCode::kInvalidArgument, "is complete"));
 }
 
-TEST(PartialRunTest, SetupErrors) {
+TEST_P(PartialRunTest, SetupErrors) {
   Seed m;
   Output unfed = ops::Placeholder(m.g, DType::kFloat32, Shape{}, "unfed");
   Output needs_unfed = ops::Neg(m.g, unfed, "needs_unfed");
@@ -256,7 +269,7 @@ TEST(PartialRunTest, SetupErrors) {
   EXPECT_THAT(other->partial_run(*foreign, {{m.x, Tensor{1.0f, 1.0f}}}, {m.r1}), IsOk());
 }
 
-TEST(PartialRunTest, KernelErrorEndsTheRun) {
+TEST_P(PartialRunTest, KernelErrorEndsTheRun) {
   Graph g;
   Output x = ops::Placeholder(g, DType::kInt32, Shape{}, "x");
   Output zero = ops::Const(g, Tensor(0), "zero");
@@ -273,7 +286,7 @@ TEST(PartialRunTest, KernelErrorEndsTheRun) {
   EXPECT_EQ(s->num_open_partial_runs(), 0u);
 }
 
-TEST(PartialRunTest, CancelAndClose) {
+TEST_P(PartialRunTest, CancelAndClose) {
   Seed m;
   auto s = make_session(m.g);
   auto h = s->partial_run_setup({m.r1, m.r2}, {m.x});
@@ -291,7 +304,7 @@ TEST(PartialRunTest, CancelAndClose) {
   EXPECT_THAT(s->partial_run_setup({m.r1}, {m.x}), StatusIs(StatusCode::kCancelled, "closed"));
 }
 
-TEST(PartialRunTest, DeadlineEndsTheRun) {
+TEST_P(PartialRunTest, DeadlineEndsTheRun) {
   Graph g;
   std::atomic<int> n{0};
   Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
@@ -306,7 +319,7 @@ TEST(PartialRunTest, DeadlineEndsTheRun) {
   EXPECT_TRUE(h->is_done());
 }
 
-TEST(PartialRunTest, LimitAndIdleTimeout) {
+TEST_P(PartialRunTest, LimitAndIdleTimeout) {
   Seed m;
   SessionOptions o;
   o.max_open_partial_runs = 2;
@@ -326,7 +339,7 @@ TEST(PartialRunTest, LimitAndIdleTimeout) {
               StatusIs(StatusCode::kCancelled, "idle"));
 }
 
-TEST(PartialRunTest, TracingReportsTheWorkOfEachCall) {
+TEST_P(PartialRunTest, TracingReportsTheWorkOfEachCall) {
   Graph g;
   std::atomic<int> n1{0};
   std::atomic<int> n2{0};
@@ -356,7 +369,7 @@ TEST(PartialRunTest, TracingReportsTheWorkOfEachCall) {
 
 // The call that fetches the last fetch also awaits every target; a target
 // named in that call as well is awaited once, and still awaited.
-TEST(PartialRunTest, LastCallWaitsForATargetItAlsoNames) {
+TEST_P(PartialRunTest, LastCallWaitsForATargetItAlsoNames) {
   Graph g;
   std::atomic<int> n{0};
   Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
@@ -375,7 +388,7 @@ TEST(PartialRunTest, LastCallWaitsForATargetItAlsoNames) {
 
 // Scalar math: cheap kernels, run inline as lightweight nodes, on both sides
 // of the calls (the plan keeps a fetched node's successors default-policy).
-TEST(PartialRunTest, CheapNodesRunOncePerCallAndTraceWhereTheyRan) {
+TEST_P(PartialRunTest, CheapNodesRunOncePerCallAndTraceWhereTheyRan) {
   Graph g;
   Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
   Output y = ops::Placeholder(g, DType::kFloat32, Shape{}, "y");
@@ -408,7 +421,7 @@ TEST(PartialRunTest, CheapNodesRunOncePerCallAndTraceWhereTheyRan) {
   EXPECT_EQ(s->num_open_partial_runs(), 0u);
 }
 
-TEST(PartialRunTest, SameHandleFromTwoThreadsIsSerializedOrRefused) {
+TEST_P(PartialRunTest, SameHandleFromTwoThreadsIsSerializedOrRefused) {
   Graph g;
   std::atomic<int> n{0};
   Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
@@ -426,7 +439,7 @@ TEST(PartialRunTest, SameHandleFromTwoThreadsIsSerializedOrRefused) {
       << second.status().to_string();
 }
 
-TEST(PartialRunStressTest, AbandonedHandlesLeakNothing) {
+TEST_P(PartialRunStressTest, AbandonedHandlesLeakNothing) {
   Seed m;
   auto s = make_session(m.g);
   ASSERT_THAT(s->run({{m.x, Tensor{1.0f, 1.0f}}}, {m.r2}), IsOk());  // warm the plan cache
@@ -445,7 +458,7 @@ TEST(PartialRunStressTest, AbandonedHandlesLeakNothing) {
             static_cast<int64_t>(sched::InstancePool::kMaxIdle));
 }
 
-TEST(PartialRunStressTest, ManyPartialRunsAndRunsFromManyThreads) {
+TEST_P(PartialRunStressTest, ManyPartialRunsAndRunsFromManyThreads) {
   Graph g;
   Output v = ops::Variable(g, Tensor(0), "v");
   const Node* init = ops::GlobalVariablesInitializer(g);
@@ -494,6 +507,12 @@ TEST(PartialRunStressTest, ManyPartialRunsAndRunsFromManyThreads) {
   EXPECT_THAT(s->run({}, {v}), IsOkAndHolds(ElementsAre(TensorEq(Tensor(kThreads * kIters)))));
   EXPECT_EQ(s->num_open_partial_runs(), 0u);
 }
+
+std::string path_name(const ::testing::TestParamInfo<bool>& info) {
+  return info.param ? "Inline" : "FlowGraph";
+}
+INSTANTIATE_TEST_SUITE_P(Paths, PartialRunTest, ::testing::Bool(), path_name);
+INSTANTIATE_TEST_SUITE_P(Paths, PartialRunStressTest, ::testing::Bool(), path_name);
 
 }  // namespace
 }  // namespace graphrun

@@ -181,7 +181,7 @@ TEST_F(PlanTest, PartialRunFetchedNodesSuccessorsKeepTheirTask) {
   EXPECT_TRUE(lightweight(*full, b));
 }
 
-TEST_F(PlanTest, FullRunsOfOnlyLightweightNodesRunInline) {
+TEST_F(PlanTest, PlansOfOnlyCheapKernelsRunInline) {
   Graph g;
   Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
   Output a = ops::Neg(g, x, "a");
@@ -196,16 +196,20 @@ TEST_F(PlanTest, FullRunsOfOnlyLightweightNodesRunInline) {
   auto mixed = plan(g, Signature{.feeds = {x}, .fetches = {b, mm}});
   ASSERT_NE(mixed, nullptr);
   EXPECT_FALSE(mixed->run_inline);
-  // Partial runs suspend at their feeds: always the flow graph.
-  auto partial = plan(g, Signature{.feeds = {x}, .fetches = {b}, .partial = true});
+  // Partial runs too: the caller runs what each feed makes ready.
+  auto partial = plan(g, Signature{.feeds = {x}, .fetches = {a, b}, .partial = true});
   ASSERT_NE(partial, nullptr);
-  EXPECT_FALSE(partial->run_inline);
-  // A chain longer than kMaxLightweightRun is not all lightweight.
+  EXPECT_TRUE(partial->run_inline);
+  EXPECT_FALSE(lightweight(*partial, b));  // (its flow-graph policy, unused inline)
+  auto partial_mixed = plan(g, Signature{.feeds = {x}, .fetches = {b, mm}, .partial = true});
+  ASSERT_NE(partial_mixed, nullptr);
+  EXPECT_FALSE(partial_mixed->run_inline);
+  // No nesting inline: a chain past kMaxLightweightRun still qualifies.
   Output y = x;
   for (int i = 0; i < kMaxLightweightRun + 1; ++i) y = ops::Neg(g, y);
   auto chain = plan(g, Signature{.feeds = {x}, .fetches = {y}});
   ASSERT_NE(chain, nullptr);
-  EXPECT_FALSE(chain->run_inline);
+  EXPECT_TRUE(chain->run_inline);
 }
 
 // Every node inline would nest 50k deep: far past a thread's stack.

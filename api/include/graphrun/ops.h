@@ -185,6 +185,10 @@ struct CallAttrs {
   std::vector<Shape> output_shapes;
   // Stateful callables run once per step and never get deduplicated.
   bool stateful = true;
+  // A cheap callable (a few microseconds at most) runs inline on the thread
+  // that made its inputs, without a task (OpKernel::is_cheap). A wrong
+  // `true` costs parallelism, never correctness.
+  bool cheap = false;
 };
 // Adds a node that runs `fn` on its inputs. Returns one Output per entry of
 // `output_dtypes`; the results must match those dtypes (an error names the
