@@ -75,14 +75,14 @@ SessionImpl::~SessionImpl() {
 }
 
 Status SessionImpl::check_open() const {
-  if (closed_.load(std::memory_order_acquire)) return cancelled("Session has been closed.");
+  if (closed_.load(std::memory_order_acquire)) return session_closed_status();
   return Status::ok();
 }
 
 Status SessionImpl::close() {
   closed_.store(true, std::memory_order_release);
   for (const std::shared_ptr<PartialRun>& run : open_partial_runs()) {
-    run->cancel(cancelled("Session has been closed."));
+    run->cancel(session_closed_status());
   }
   return Status::ok();
 }
@@ -138,13 +138,14 @@ Result<PartialRunHandle> SessionImpl::partial_run_setup(const std::vector<Tensor
 
   auto run =
       std::make_shared<PartialRun>(this, entry.share(), std::move(sig), new_partial_run_id());
+  auto too_many = [this] {
+    return resource_exhausted(
+        "too many open partial runs ({}, SessionOptions::max_open_partial_runs)",
+        options_.max_open_partial_runs);
+  };
   {
     std::lock_guard lock(runs_mu_);
-    if (open_runs_.size() >= options_.max_open_partial_runs) {
-      return resource_exhausted(
-          "too many open partial runs ({}, SessionOptions::max_open_partial_runs)",
-          open_runs_.size());
-    }
+    if (open_runs_.size() >= options_.max_open_partial_runs) return too_many();
   }
   // A partial run's deadlines are per call (PartialRun::call's timer).
   const StepControl control = step_control(options.trace, std::nullopt);
@@ -160,11 +161,7 @@ Result<PartialRunHandle> SessionImpl::partial_run_setup(const std::vector<Tensor
     }
   }
   if (!registered) {
-    const Status why = closed_.load() ? cancelled("Session has been closed.")
-                                      : resource_exhausted(
-                                            "too many open partial runs ({}, "
-                                            "SessionOptions::max_open_partial_runs)",
-                                            options_.max_open_partial_runs);
+    const Status why = closed_.load() ? session_closed_status() : too_many();
     run->cancel(why);
     return why;
   }

@@ -335,7 +335,7 @@ void PartialRun::cancel(const Status& why) {
 }
 
 void PartialRun::detach() {
-  cancel(cancelled("Session has been closed."));
+  cancel(session_closed_status());
   std::lock_guard lock(session_mu_);
   session_ = nullptr;
 }

@@ -84,7 +84,7 @@ bool RunState::check_interrupted(const NodeItem& item, const char* when) {
   if ((checks & ~kCheckTrace) == 0) return false;
   if ((checks & kCheckClosed) != 0 &&
       control_.session_closed->load(std::memory_order_relaxed)) {  // relaxed: advisory
-    record_error(cancelled("Session has been closed."));
+    record_error(session_closed_status());
     return true;
   }
   if ((checks & kCheckDeadline) != 0 && std::chrono::steady_clock::now() > *control_.deadline) {

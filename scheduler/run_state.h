@@ -21,6 +21,9 @@
 
 namespace graphrun::sched {
 
+// The status of every call a closed session cuts short (TF's words).
+inline Status session_closed_status() { return cancelled("Session has been closed."); }
+
 // What a step is run under: set by the session before each run.
 struct StepControl {
   int64_t step_id = 0;
