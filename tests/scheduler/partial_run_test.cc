@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <mutex>
 #include <set>
 #include <string>
 #include <thread>
@@ -437,6 +438,31 @@ TEST_P(PartialRunTest, SameHandleFromTwoThreadsIsSerializedOrRefused) {
   EXPECT_TRUE(second.status().code() == StatusCode::kFailedPrecondition ||
               second.status().code() == StatusCode::kInvalidArgument)
       << second.status().to_string();
+}
+
+// Ids are 128 random bits: distinct across handles, threads and sessions
+// (each thread draws from its own buffer of kernel randomness).
+TEST_P(PartialRunStressTest, HandleIdsAreDistinctAcrossThreadsAndSessions) {
+  Seed m;
+  auto s1 = make_session(m.g);
+  auto s2 = make_session(m.g);
+  std::mutex mu;
+  std::set<std::string> ids;
+  std::vector<std::thread> threads;
+  constexpr int kPerThread = 200;
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      Session& s = t % 2 == 0 ? *s1 : *s2;
+      for (int i = 0; i < kPerThread; ++i) {
+        auto h = s.partial_run_setup({m.r1}, {m.x});
+        ASSERT_THAT(h, IsOk());
+        std::lock_guard lock(mu);
+        ids.insert(h->id());
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  EXPECT_EQ(ids.size(), 4u * kPerThread);
 }
 
 TEST_P(PartialRunStressTest, AbandonedHandlesLeakNothing) {
