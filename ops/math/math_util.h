@@ -21,6 +21,7 @@ namespace graphrun::ops_internal {
 void register_binary_ops(OpRegistry& r);
 void register_unary_ops(OpRegistry& r);
 void register_matmul_op(OpRegistry& r);
+void register_conv2d_op(OpRegistry& r);
 void register_reduction_ops(OpRegistry& r);
 
 // Calls fn(T{}) for the numeric dtypes (float32, float64, int32, int64);

@@ -7,6 +7,7 @@ void register_math_ops(OpRegistry& r) {
   register_binary_ops(r);
   register_unary_ops(r);
   register_matmul_op(r);
+  register_conv2d_op(r);
   register_reduction_ops(r);
 }
 

@@ -23,6 +23,7 @@
 #include <initializer_list>
 #include <optional>
 #include <span>
+#include <string>
 #include <string_view>
 #include <vector>
 
@@ -79,6 +80,24 @@ struct MatMulAttrs {
 };
 // Rank-2 product; inner dimensions must agree.
 Output MatMul(Graph& g, Output a, Output b, MatMulAttrs attrs = {}, std::string_view name = {});
+
+struct Conv2DAttrs {
+  // [1, stride_height, stride_width, 1]; every entry positive.
+  std::vector<int64_t> strides{1, 1, 1, 1};
+  // "VALID" (only windows wholly inside the input) or "SAME" (zero padding,
+  // output size ceil(input / stride), TF's split: the extra row or column
+  // goes after).
+  std::string padding = "VALID";
+  // [1, dilation_height, dilation_width, 1]; every entry positive.
+  std::vector<int64_t> dilations{1, 1, 1, 1};
+};
+// TF's Conv2D (NHWC only): `input` [batch, height, width, channels] (float32
+// or float64) convolved with `filter` [filter_height, filter_width, channels,
+// out_channels] of the same dtype gives [batch, out_height, out_width,
+// out_channels]. The node also carries TF's data_format "NHWC",
+// use_cudnn_on_gpu and empty explicit_paddings attributes.
+Output Conv2D(Graph& g, Output input, Output filter, Conv2DAttrs attrs = {},
+              std::string_view name = {});
 
 // Reductions over `axes` (negative axes count from the end; empty = none
 // for Sum/Mean/Max as in TF's op, use all_axes() to reduce everything).
