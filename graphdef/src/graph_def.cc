@@ -36,12 +36,10 @@ using graphdef_internal::dtype_to_proto;
 using graphdef_internal::shape_from_proto;
 using graphdef_internal::shape_to_proto;
 
-// Ops that exist in TensorFlow under another name with the same inputs,
-// outputs and attributes.
+// TensorFlow ops imported as a graphrun op of another name. (AddV2 and
+// RealDiv need no entry: graphrun registers them as aliases of Add and Div.)
 const std::map<std::string_view, std::string_view>& op_aliases() {
   static const std::map<std::string_view, std::string_view> aliases{
-      // TF 2.x writes AddV2 for `+`; it differs from Add only for strings.
-      {"AddV2", "Add"},
       // TF's resource-less ref variable (VariableV2); see translate_variable.
       {"VariableV2", "Variable"},
   };
@@ -507,9 +505,10 @@ class Importer {
     Result<Node*> node = graph.add_node(std::move(spec));
     if (!node.is_ok()) {
       // add_node names the node with graphrun's op; keep its message, and
-      // name the GraphDef's op when it differs (AddV2, VariableV2).
+      // name the GraphDef's op when it differs (VariableV2).
       if (p.def->op() != p.reg->def.name()) {
-        return node.status().with_prefix(fmt::format("(GraphDef op '{}')", p.def->op()));
+        return Status(node.status().code(),
+                      fmt::format("{} (GraphDef op '{}')", node.status().message(), p.def->op()));
       }
       return node.status();
     }

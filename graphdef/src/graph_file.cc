@@ -1,5 +1,6 @@
 // GraphDef bytes and files: binary and text format, sniffing, and the
 // load/save helpers.
+#include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/text_format.h>
@@ -106,9 +107,19 @@ Result<std::string> serialize_graph_def(const v1::GraphDef& def, GraphDefFormat 
     }
     return out;
   }
-  if (!def.SerializeToString(&out)) {
-    return invalid_argument("could not serialize the GraphDef ({} bytes; the limit is 2 GiB)",
-                            def.ByteSizeLong());
+  const std::size_t size = def.ByteSizeLong();
+  if (size > static_cast<std::size_t>(INT_MAX)) {
+    return invalid_argument("the GraphDef has {} bytes; protobuf's limit is 2 GiB", size);
+  }
+  {
+    // Deterministic: attribute maps in key order, so equal graphs give
+    // equal files.
+    google::protobuf::io::StringOutputStream stream(&out);
+    google::protobuf::io::CodedOutputStream coded(&stream);
+    coded.SetSerializationDeterministic(true);
+    if (!def.SerializeToCodedStream(&coded)) {
+      return internal_error("could not serialize the GraphDef ({} bytes)", size);
+    }
   }
   return out;
 }
