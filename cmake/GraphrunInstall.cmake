@@ -1,5 +1,7 @@
 # Install rules and the package config: find_package(graphrun) then link
-# graphrun::graphrun (or graphrun::api / graphrun::ops / graphrun::scheduler).
+# graphrun::graphrun (or graphrun::api / graphrun::ops / graphrun::scheduler),
+# and graphrun::graphdef (GraphDef import/export, needs protobuf) when it was
+# built.
 # Included by the top-level CMakeLists.txt when GRAPHRUN_INSTALL is ON.
 #
 # The libraries are static, so their private dependencies (TBB, Threads) are
@@ -13,7 +15,11 @@ set(GRAPHRUN_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/graphrun"
     CACHE STRING "Where graphrunConfig.cmake is installed (relative to the prefix)")
 mark_as_advanced(GRAPHRUN_INSTALL_CMAKEDIR)
 
-install(TARGETS graphrun graphrun_api graphrun_ops graphrun_scheduler
+set(GRAPHRUN_INSTALL_TARGETS graphrun graphrun_api graphrun_ops graphrun_scheduler)
+if(GRAPHRUN_GRAPHDEF)
+  list(APPEND GRAPHRUN_INSTALL_TARGETS graphrun_proto graphrun_graphdef)
+endif()
+install(TARGETS ${GRAPHRUN_INSTALL_TARGETS}
   EXPORT graphrunTargets
   ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT graphrun_development
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR} COMPONENT graphrun_runtime
@@ -24,6 +30,26 @@ install(DIRECTORY ${PROJECT_SOURCE_DIR}/api/include/graphrun
   DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
   COMPONENT graphrun_development
   FILES_MATCHING PATTERN "*.h")
+
+if(GRAPHRUN_GRAPHDEF)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/graphdef/include/graphrun
+    DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+    COMPONENT graphrun_development
+    FILES_MATCHING PATTERN "*.h")
+  # The generated message headers (<graphrun/v1/graph.pb.h>) and the .proto
+  # sources, for clients in other languages.
+  install(DIRECTORY ${PROJECT_BINARY_DIR}/proto/gen/graphrun
+    DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+    COMPONENT graphrun_development
+    FILES_MATCHING PATTERN "*.pb.h")
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/proto/graphrun
+    DESTINATION ${CMAKE_INSTALL_DATADIR}/graphrun/proto
+    COMPONENT graphrun_development
+    FILES_MATCHING PATTERN "*.proto")
+  set(GRAPHRUN_FIND_PROTOBUF "find_dependency(Protobuf)")
+else()
+  set(GRAPHRUN_FIND_PROTOBUF "")
+endif()
 
 install(EXPORT graphrunTargets
   NAMESPACE graphrun::

@@ -1,0 +1,86 @@
+// File: graphrun/graph_def.h
+// Graphs as data: Graph <-> GraphDef (package graphrun.v1, TensorFlow's
+// field numbers, so GraphDefs written by TensorFlow load when they use ops
+// graphrun has), Tensor <-> TensorProto, and graph files (.pb binary,
+// .pbtxt text).
+//
+//   GRAPHRUN_ASSIGN_OR_RETURN(Graph g, load_graph_file("model.pbtxt"));
+//   GRAPHRUN_ASSIGN_OR_RETURN(auto session, Session::create(g));
+//
+// Import never crashes on bad input: every problem is an InvalidArgument (or
+// Unimplemented for a TensorFlow feature graphrun lacks) whose message
+// starts with the node, e.g. "node 'c' (Mul): input 1 'b:3' is out of
+// range". docs/issue-5-service.md lists the import rules.
+//
+// Link graphrun::graphdef (it brings protobuf; the core libraries do not).
+//
+// Thread safety: every function here is thread-safe for distinct arguments;
+// the inputs are only read, and the caller owns every result.
+#pragma once
+
+#include <graphrun/graph.h>
+#include <graphrun/op_kernel.h>
+#include <graphrun/status.h>
+#include <graphrun/tensor.h>
+#include <graphrun/v1/graph.pb.h>
+#include <graphrun/v1/tensor.pb.h>
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <string_view>
+
+namespace graphrun {
+
+// Builds a graph over `registry` (which must outlive it) from `def`. Nodes
+// may come in any order; they are added in a topological order of their
+// data and control inputs (ties keep the GraphDef's order). TensorFlow's ref
+// variables (VariableV2, Variable) and two-input Assign/AssignAdd/AssignSub
+// become graphrun's Variable and one-input assigns; attribute names starting
+// with "_" are dropped. Reads `def` only.
+Result<Graph> graph_from_graph_def(const v1::GraphDef& def,
+                                   const OpRegistry& registry = default_op_registry());
+
+// Every node of `graph` with its op, inputs ("node", "node:k"), control
+// inputs ("^node") and attributes, in node-id order. A Call/StatelessCall
+// node (a C++ callable) cannot be written: InvalidArgument naming it. Reads
+// `graph` only; do not modify it concurrently.
+Result<v1::GraphDef> graph_to_graph_def(const Graph& graph);
+
+// Largest tensor a TensorProto may expand to (2 GiB, protobuf's own message
+// limit): a single typed value can ask for any shape, so the expansion is
+// capped before anything is allocated.
+inline constexpr int64_t kMaxTensorProtoBytes = int64_t{1} << 31;
+
+// A tensor from its proto: `tensor_content` (little-endian bytes whose size
+// must equal elements x dtype size) or the dtype's typed field (fewer values
+// than elements: the last repeats; none: zeros; more: InvalidArgument).
+// Dtypes: float32, float64, int32, int64, bool; another TensorFlow dtype is
+// Unimplemented. Messages carry no node name; callers prefix it.
+Result<Tensor> tensor_from_proto(const v1::TensorProto& proto);
+// `tensor` as dtype, shape and `tensor_content` (little-endian). An
+// uninitialized tensor gives dtype DT_INVALID and no content.
+v1::TensorProto tensor_to_proto(const Tensor& tensor);
+
+// How a graph is serialized: protobuf binary, protobuf text format, or
+// kAuto: text when the bytes look like text (printable, starting with a
+// field name or comment), else binary.
+enum class GraphDefFormat { kBinary, kText, kAuto };
+
+// Parses a GraphDef; InvalidArgument (with the text parser's line and
+// column for text) when the bytes are not one.
+Result<v1::GraphDef> parse_graph_def(std::string_view bytes,
+                                     GraphDefFormat format = GraphDefFormat::kAuto);
+// Serializes `def` in `format` (kAuto means binary).
+Result<std::string> serialize_graph_def(const v1::GraphDef& def,
+                                        GraphDefFormat format = GraphDefFormat::kBinary);
+
+// Reads a graph file: ".pb" binary, ".pbtxt" or ".txt" text, anything else
+// sniffed (kAuto); then graph_from_graph_def over the default registry.
+// NotFound when the file cannot be opened.
+Result<Graph> load_graph_file(const std::filesystem::path& path);
+// Writes `graph` to `path`: text for ".pbtxt"/".txt", binary otherwise.
+// Replaces the file (written to a temporary beside it, then renamed).
+Status save_graph_file(const Graph& graph, const std::filesystem::path& path);
+
+}  // namespace graphrun
