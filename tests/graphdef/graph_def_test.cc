@@ -102,6 +102,12 @@ std::map<std::string, OpBuilder> builders() {
       {"Sigmoid", [=](Graph& g) { ops::Sigmoid(g, x(g)); }},
       {"Relu", [=](Graph& g) { ops::Relu(g, x(g)); }},
       {"MatMul", [=](Graph& g) { ops::MatMul(g, x(g), x(g), {.transpose_b = true}); }},
+      {"Conv2D",
+       [](Graph& g) {
+         ops::Conv2D(g, ops::Const(g, Tensor::filled<float>(Shape{1, 4, 4, 2}, 1.0f)),
+                     ops::Const(g, Tensor::filled<float>(Shape{2, 2, 2, 3}, 0.5f)),
+                     {.strides = {1, 2, 1, 1}, .padding = "SAME", .dilations = {1, 1, 2, 1}});
+       }},
       {"Sum", [=](Graph& g) { ops::Sum(g, x(g), {1}, true); }},
       {"Mean", [=](Graph& g) { ops::Mean(g, x(g), {0}); }},
       {"Max",

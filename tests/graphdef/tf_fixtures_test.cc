@@ -5,6 +5,7 @@
 #include <graphrun/graphrun.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -70,20 +71,31 @@ TEST(TfFixturesTest, PlaceholderWithDefaultBroadcastAdd) {
               IsOkAndHolds(ElementsAre(TensorEq(expected))));
 }
 
-// Conv2D is being added on another branch. Until it lands, this graph must
-// fail to load with an error naming the first Conv2D node and its op. When
-// Conv2D lands, the lead replaces this test with the run the README gives:
-// run target `init`, then fetch `Conv2D_1` == float32[2,2,2,12] of zeros.
-TEST(TfFixturesTest, VariablesConv2dNeedsConv2d) {
-  Result<Graph> g = load_graph_file(fixture("tf_profiler_testdata_variables_conv2d.pbtxt"));
-  EXPECT_THAT(g, StatusIs(StatusCode::kInvalidArgument,
-                          "node 'Conv2D' (Conv2D): op 'Conv2D' is not supported"));
+// TF's tfprof test graph: three variables initialized from random normals,
+// two stride-2 SAME convolutions of an all-zero input. Whatever the random
+// weights, the convolutions are zeros: [2,6,6,3] -> [2,3,3,6] -> [2,2,2,12].
+TEST(TfFixturesTest, VariablesConv2d) {
+  Graph g = load("tf_profiler_testdata_variables_conv2d.pbtxt");
+  ASSERT_GT(g.num_nodes(), 0);
+  auto session = testing::make_session(g);
+  EXPECT_THAT(session->run({}, {"Conv2D_1"}, {}), StatusIs(StatusCode::kFailedPrecondition, ""));
+  ASSERT_THAT(session->run({}, {}, {"init"}), IsOk());
+  EXPECT_THAT(session->run({}, {"Conv2D"}, {}),
+              IsOkAndHolds(ElementsAre(TensorEq(Tensor::filled<float>(Shape{2, 3, 3, 6}, 0.0f)))));
+  EXPECT_THAT(session->run({}, {"Conv2D_1"}, {}),
+              IsOkAndHolds(ElementsAre(TensorEq(Tensor::filled<float>(Shape{2, 2, 2, 12}, 0.0f)))));
+  // The scalar weight is one draw of N(0, 0.001^2): a scalar, tiny, not 0.
+  Result<std::vector<Tensor>> w = session->run({}, {"ScalarW/read"}, {});
+  ASSERT_THAT(w, IsOk());
+  ASSERT_EQ((*w)[0].shape(), Shape());
+  EXPECT_LT(std::abs((*w)[0].scalar<float>()), 0.01f);
+  EXPECT_NE((*w)[0].scalar<float>(), 0.0f);
 }
 
 TEST(TfFixturesTest, EveryFixtureSurvivesABinaryRoundTrip) {
-  for (const char* name :
-       {"variables_a_times_b_init.pbtxt", "const_plus_placeholder_add.pbtxt",
-        "const_sum_axis1.pbtxt", "placeholder_with_default_broadcast_add.pbtxt"}) {
+  for (const char* name : {"variables_a_times_b_init.pbtxt", "const_plus_placeholder_add.pbtxt",
+                           "const_sum_axis1.pbtxt", "placeholder_with_default_broadcast_add.pbtxt",
+                           "tf_profiler_testdata_variables_conv2d.pbtxt"}) {
     Graph g = load(name);
     Result<v1::GraphDef> def = graph_to_graph_def(g);
     ASSERT_THAT(def, IsOk()) << name;
