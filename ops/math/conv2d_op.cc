@@ -65,12 +65,15 @@ Status check_nhwc_list(std::string_view what, const std::vector<int64_t>& v) {
 // OpKernelConstruction. Errors are bare reasons (callers name the node).
 template <typename Context>
 Result<Conv2DParams> read_params(const Context& c) {
-  GRAPHRUN_ASSIGN_OR_RETURN(std::string data_format, c.template attr<std::string>("data_format"));
-  if (data_format == "NCHW") {
+  // Kept in its Result: moving the string out made GCC 12's -O3
+  // -Wmaybe-uninitialized misfire in the comparisons below.
+  const Result<std::string> data_format = c.template attr<std::string>("data_format");
+  if (!data_format.is_ok()) return data_format.status();
+  if (*data_format == "NCHW") {
     return unimplemented("data_format \"NCHW\" is not supported on CPU; use \"NHWC\"");
   }
-  if (data_format != "NHWC") {
-    return invalid_argument("data_format must be \"NHWC\" or \"NCHW\", got \"{}\"", data_format);
+  if (*data_format != "NHWC") {
+    return invalid_argument("data_format must be \"NHWC\" or \"NCHW\", got \"{}\"", *data_format);
   }
   GRAPHRUN_ASSIGN_OR_RETURN(std::string padding, c.template attr<std::string>("padding"));
   if (padding == "EXPLICIT") {
