@@ -1,0 +1,154 @@
+// File: graphrun/session_registry.h
+// The transport-free core of the session service: sessions by handle, their
+// graph versions and open partial runs, and the server's limits. The gRPC
+// layer (graphrun/session_service.h) decodes a request, calls one method
+// here and encodes the answer; tests drive the registry directly.
+//
+//   SessionRegistry registry(ServiceLimits{.max_sessions = 8});
+//   GRAPHRUN_ASSIGN_OR_RETURN(auto created, registry.create(graph_def));
+//   GRAPHRUN_ASSIGN_OR_RETURN(auto out, registry.run(created.handle, {{"x", x}}, {"y"}));
+//
+// Every failure is a Status with the code the wire carries: an unknown
+// session or partial-run handle is NotFound naming it; a limit is
+// ResourceExhausted naming the limit; a stale graph version in extend() is
+// FailedPrecondition (as TensorFlow's master).
+//
+// Link graphrun::service (which also brings gRPC, for the layer above).
+#pragma once
+
+#include <graphrun/session.h>
+#include <graphrun/status.h>
+#include <graphrun/tensor.h>
+#include <graphrun/v1/graph.pb.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace graphrun {
+
+// What one server allows. Each limit, when hit, is a ResourceExhausted whose
+// message names the field ("... (limit max_sessions = 64)").
+struct ServiceLimits {
+  // Sessions open at once.
+  std::size_t max_sessions = 64;
+  // Partial runs open at once in one session (also caps the session's own
+  // SessionOptions::max_open_partial_runs).
+  std::size_t max_partial_runs_per_session = 64;
+  // Sum of the fed tensors' byte sizes in one request.
+  int64_t max_tensor_bytes_per_request = int64_t{256} << 20;
+};
+
+// A fed tensor by name ("node" or "node:k").
+using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
+
+// One open session, as ListSessions reports it.
+struct SessionInfo {
+  std::string handle;
+  int64_t graph_version = 0;
+  int64_t num_nodes = 0;
+  int64_t open_partial_runs = 0;
+  std::chrono::milliseconds idle{0};  // since the session's last call
+};
+
+// Sessions by handle.
+// Thread safety: thread-safe; every method may be called from any number of
+// threads (one per RPC) at once. Calls on one session run concurrently as
+// Session allows; close() cancels the calls in flight, and the session is
+// destroyed when the last of them returns. Destroying the registry closes
+// every session; no call may be in progress then.
+class SessionRegistry {
+ public:
+  explicit SessionRegistry(ServiceLimits limits = {});
+  ~SessionRegistry();
+  SessionRegistry(const SessionRegistry&) = delete;
+  SessionRegistry& operator=(const SessionRegistry&) = delete;
+
+  const ServiceLimits& limits() const { return limits_; }
+
+  struct Created {
+    std::string handle;  // "s-" + 32 hex digits (128 bits from getrandom)
+    int64_t graph_version = 0;
+  };
+  // Imports `graph_def` (graph_from_graph_def's rules and errors) and opens
+  // a session on it with `options` (max_open_partial_runs capped by the
+  // limit). ResourceExhausted when max_sessions are open.
+  Result<Created> create(const v1::GraphDef& graph_def, SessionOptions options = {});
+
+  // The session behind `handle`, kept alive by the returned pointer even if
+  // it is closed meanwhile (its calls then return Cancelled). NotFound
+  // naming the handle when no open session has it.
+  Result<std::shared_ptr<Session>> get(std::string_view handle) const;
+
+  // Appends `new_nodes` (a GraphDef of only the nodes to add; they may name
+  // the session's nodes as inputs) when `current_graph_version` is the
+  // session's version; returns the new version (one more). A stale version
+  // is FailedPrecondition naming both versions; a bad node is the import's
+  // InvalidArgument naming it. Extends of one session are serialized.
+  Result<int64_t> extend(std::string_view handle, const v1::GraphDef& new_nodes,
+                         int64_t current_graph_version);
+
+  // Session::run with names. Fetches come back in the order of `fetches`.
+  // ResourceExhausted when the feeds exceed max_tensor_bytes_per_request.
+  Result<std::vector<Tensor>> run(std::string_view handle, const NamedTensors& feeds,
+                                  const std::vector<std::string>& fetches,
+                                  const std::vector<std::string>& targets,
+                                  const RunOptions& options = {}, RunMetadata* metadata = nullptr);
+
+  // Session::partial_run_setup with names; returns the partial run's id
+  // ("pr-" + 32 hex digits), kept by the session until it completes or is
+  // cancelled. ResourceExhausted when max_partial_runs_per_session are open.
+  Result<std::string> partial_run_setup(std::string_view handle,
+                                        const std::vector<std::string>& feeds,
+                                        const std::vector<std::string>& fetches,
+                                        const std::vector<std::string>& targets,
+                                        const RunOptions& options = {});
+  // Session::partial_run on the partial run `partial_run_id` of the session.
+  // NotFound naming the id when the session has no such open partial run
+  // (a completed, failed or cancelled one is forgotten after the call that
+  // ended it). ResourceExhausted as run() for the feeds.
+  Result<std::vector<Tensor>> partial_run(std::string_view handle, std::string_view partial_run_id,
+                                          const NamedTensors& feeds,
+                                          const std::vector<std::string>& fetches,
+                                          const std::vector<std::string>& targets,
+                                          const RunOptions& options = {},
+                                          RunMetadata* metadata = nullptr);
+  // Cancels the partial run and forgets it. NotFound as partial_run().
+  Status cancel_partial_run(std::string_view handle, std::string_view partial_run_id);
+
+  // Closes the session (its calls in flight return Cancelled) and forgets
+  // the handle: later calls with it are NotFound.
+  Status close(std::string_view handle);
+  // Closes every session (server shutdown).
+  void close_all();
+
+  // The open sessions, ordered by handle.
+  std::vector<SessionInfo> list() const;
+  std::size_t size() const;
+
+  // The limit check run() and partial_run() apply to decoded feeds, for
+  // callers that can count bytes before decoding (the gRPC layer).
+  Status check_request_bytes(int64_t bytes) const;
+
+ private:
+  struct Entry;
+  Result<std::shared_ptr<Entry>> find(std::string_view handle) const;
+
+  const ServiceLimits limits_;
+  mutable std::mutex mu_;
+  // Guarded by mu_. Entries are shared with the calls using them.
+  std::map<std::string, std::shared_ptr<Entry>, std::less<>> sessions_;
+};
+
+// "s-" or "pr-"-style ids: `prefix` + 32 lowercase hex digits of 128 random
+// bits from getrandom(2). Thread-safe.
+std::string random_handle(std::string_view prefix);
+
+}  // namespace graphrun

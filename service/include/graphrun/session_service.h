@@ -1,0 +1,80 @@
+// File: graphrun/session_service.h
+// The gRPC SessionService (proto/graphrun/v1/session_service.proto) over a
+// SessionRegistry, on gRPC's callback API. Each RPC decodes its request,
+// makes one registry call and encodes the answer:
+// * feeds are decoded by name with tensor_from_proto (an error names the
+//   feed); fetches are returned in request order with tensor_to_proto;
+// * the call's gRPC deadline becomes RunOptions::timeout (the smaller of it
+//   and the request's timeout_ms), so a step past it is DEADLINE_EXCEEDED;
+// * a graphrun Status becomes a grpc::Status with the same code and its
+//   message capped at kMaxStatusMessageBytes (cap_status_message).
+// Steps run on the gRPC callback thread that received the call.
+//
+// Most users want graphrun/server.h, which builds a configured server
+// around this service.
+#pragma once
+
+#include <graphrun/session_registry.h>
+#include <graphrun/status.h>
+#include <graphrun/v1/session_service.grpc.pb.h>
+#include <grpcpp/grpcpp.h>
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+
+namespace graphrun {
+
+// Longest status message sent to a client. gRPC carries the message in
+// metadata; a client's default metadata limit turns a longer one into
+// RESOURCE_EXHAUSTED "received initial metadata size exceeds limit" and the
+// real code and text are lost (docs/issue-5-service.md).
+inline constexpr std::size_t kMaxStatusMessageBytes = 4096;
+
+// `message` if it fits in `max_bytes`; else its head (which names the node
+// and op) followed by "... (N bytes cut)", `max_bytes` in all, cut at a
+// UTF-8 character boundary. Thread-safe.
+std::string cap_status_message(std::string_view message,
+                               std::size_t max_bytes = kMaxStatusMessageBytes);
+
+// `status` as a grpc::Status: the same code, the capped message.
+// Thread-safe.
+grpc::Status to_grpc_status(const Status& status);
+
+// The service. Register it with a grpc::ServerBuilder (RegisterService).
+// Thread safety: thread-safe; gRPC calls its methods from many threads at
+// once. Borrows `registry`, which must outlive the server it is registered
+// with.
+class SessionServiceImpl final : public v1::SessionService::CallbackService {
+ public:
+  explicit SessionServiceImpl(SessionRegistry& registry) : registry_(registry) {}
+
+  grpc::ServerUnaryReactor* CreateSession(grpc::CallbackServerContext* context,
+                                          const v1::CreateSessionRequest* request,
+                                          v1::CreateSessionResponse* response) override;
+  grpc::ServerUnaryReactor* ExtendSession(grpc::CallbackServerContext* context,
+                                          const v1::ExtendSessionRequest* request,
+                                          v1::ExtendSessionResponse* response) override;
+  grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* context, const v1::RunRequest* request,
+                                v1::RunResponse* response) override;
+  grpc::ServerUnaryReactor* PartialRunSetup(grpc::CallbackServerContext* context,
+                                            const v1::PartialRunSetupRequest* request,
+                                            v1::PartialRunSetupResponse* response) override;
+  grpc::ServerUnaryReactor* PartialRun(grpc::CallbackServerContext* context,
+                                       const v1::PartialRunRequest* request,
+                                       v1::RunResponse* response) override;
+  grpc::ServerUnaryReactor* CancelPartialRun(grpc::CallbackServerContext* context,
+                                             const v1::CancelPartialRunRequest* request,
+                                             v1::CancelPartialRunResponse* response) override;
+  grpc::ServerUnaryReactor* CloseSession(grpc::CallbackServerContext* context,
+                                         const v1::CloseSessionRequest* request,
+                                         v1::CloseSessionResponse* response) override;
+  grpc::ServerUnaryReactor* ListSessions(grpc::CallbackServerContext* context,
+                                         const v1::ListSessionsRequest* request,
+                                         v1::ListSessionsResponse* response) override;
+
+ private:
+  SessionRegistry& registry_;  // not owned
+};
+
+}  // namespace graphrun

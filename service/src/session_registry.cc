@@ -1,0 +1,314 @@
+#include <graphrun/graph_def.h>
+#include <graphrun/session_registry.h>
+#include <sys/random.h>
+
+#include <array>
+#include <atomic>
+#include <cerrno>
+
+namespace graphrun {
+namespace {
+
+int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+std::vector<TensorRef> tensor_refs(const std::vector<std::string>& names) {
+  return {names.begin(), names.end()};
+}
+
+std::vector<TargetRef> target_refs(const std::vector<std::string>& names) {
+  return {names.begin(), names.end()};
+}
+
+}  // namespace
+
+std::string random_handle(std::string_view prefix) {
+  std::array<unsigned char, 16> bytes{};
+  std::size_t got = 0;
+  while (got < bytes.size()) {
+    const ssize_t n = getrandom(bytes.data() + got, bytes.size() - got, 0);
+    if (n < 0) {
+      GRAPHRUN_CHECK_MSG(errno == EINTR, "getrandom failed");
+      continue;
+    }
+    got += static_cast<std::size_t>(n);
+  }
+  static constexpr char kHex[] = "0123456789abcdef";
+  std::string out(prefix);
+  for (unsigned char b : bytes) {
+    out.push_back(kHex[b >> 4]);
+    out.push_back(kHex[b & 15]);
+  }
+  return out;
+}
+
+// One open session. The session is declared before the partial runs, so the
+// handles are destroyed first (a session must outlive its handles).
+struct SessionRegistry::Entry {
+  std::string handle;
+  std::unique_ptr<Session> session;
+  std::atomic<int64_t> graph_version{0};
+  std::atomic<int64_t> num_nodes{0};
+  std::atomic<int64_t> last_use_ns{now_ns()};  // relaxed: reporting only
+
+  // Serializes extend(); guards graph_def.
+  std::mutex extend_mu;
+  // The session's graph as a GraphDef in node-id order (a topological
+  // order), which extend() appends the new nodes to.
+  v1::GraphDef graph_def;
+
+  mutable std::mutex mu;
+  // Guarded by mu. Open partial runs by id; shared with the calls using them.
+  std::map<std::string, std::shared_ptr<PartialRunHandle>, std::less<>> partial_runs;
+
+  void touch() { last_use_ns.store(now_ns(), std::memory_order_relaxed); }
+
+  // Forgets the partial runs that completed, failed or were cancelled
+  // (also by the session's idle timeout). Requires mu.
+  void purge_done_locked() {
+    std::erase_if(partial_runs, [](const auto& kv) { return kv.second->is_done(); });
+  }
+
+  Result<std::shared_ptr<PartialRunHandle>> find_partial_run(std::string_view id) const {
+    const std::lock_guard lock(mu);
+    const auto it = partial_runs.find(id);
+    if (it == partial_runs.end()) {
+      return not_found("partial run '{}' not found in session '{}'", id, handle);
+    }
+    return it->second;
+  }
+
+  ~Entry() {
+    {
+      const std::lock_guard lock(mu);
+      partial_runs.clear();
+    }
+    if (session != nullptr) static_cast<void>(session->close());
+  }
+};
+
+SessionRegistry::SessionRegistry(ServiceLimits limits) : limits_(limits) {}
+
+SessionRegistry::~SessionRegistry() { close_all(); }
+
+Status SessionRegistry::check_request_bytes(int64_t bytes) const {
+  if (bytes > limits_.max_tensor_bytes_per_request) {
+    return resource_exhausted(
+        "request feeds {} tensor bytes (limit max_tensor_bytes_per_request = {})", bytes,
+        limits_.max_tensor_bytes_per_request);
+  }
+  return Status::ok();
+}
+
+namespace {
+
+Status check_feed_bytes(const SessionRegistry& registry, const NamedTensors& feeds) {
+  int64_t bytes = 0;
+  for (const auto& [name, value] : feeds) bytes += static_cast<int64_t>(value.byte_size());
+  return registry.check_request_bytes(bytes);
+}
+
+FeedList feed_list(const NamedTensors& feeds) {
+  FeedList out;
+  out.reserve(feeds.size());
+  for (const auto& [name, value] : feeds) out.push_back(Feed{TensorRef(name), value});
+  return out;
+}
+
+}  // namespace
+
+Result<SessionRegistry::Created> SessionRegistry::create(const v1::GraphDef& graph_def,
+                                                         SessionOptions options) {
+  const auto full = [this] {
+    return resource_exhausted("{} sessions are open (limit max_sessions = {})", sessions_.size(),
+                              limits_.max_sessions);
+  };
+  {
+    const std::lock_guard lock(mu_);
+    if (sessions_.size() >= limits_.max_sessions) return full();
+  }
+  GRAPHRUN_ASSIGN_OR_RETURN(Graph graph, graph_from_graph_def(graph_def));
+  options.max_open_partial_runs =
+      std::min(options.max_open_partial_runs, limits_.max_partial_runs_per_session);
+  GRAPHRUN_ASSIGN_OR_RETURN(std::unique_ptr<Session> session,
+                            Session::create(graph, std::move(options)));
+  auto entry = std::make_shared<Entry>();
+  // Export the session's own copy: its node order is what extend() appends
+  // to (graph_from_graph_def keeps an already topological order).
+  GRAPHRUN_ASSIGN_OR_RETURN(entry->graph_def, graph_to_graph_def(session->graph()));
+  entry->num_nodes.store(session->graph().num_nodes());
+  entry->session = std::move(session);
+  entry->handle = random_handle("s-");
+  Created created{entry->handle, 0};
+  {
+    const std::lock_guard lock(mu_);
+    if (sessions_.size() >= limits_.max_sessions) return full();
+    sessions_.emplace(entry->handle, std::move(entry));
+  }
+  return created;
+}
+
+Result<std::shared_ptr<SessionRegistry::Entry>> SessionRegistry::find(
+    std::string_view handle) const {
+  const std::lock_guard lock(mu_);
+  const auto it = sessions_.find(handle);
+  if (it == sessions_.end()) return not_found("session '{}' not found", handle);
+  it->second->touch();
+  return it->second;
+}
+
+Result<std::shared_ptr<Session>> SessionRegistry::get(std::string_view handle) const {
+  GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<Entry> entry, find(handle));
+  Session* session = entry->session.get();
+  return std::shared_ptr<Session>(std::move(entry), session);  // keeps the entry alive
+}
+
+Result<int64_t> SessionRegistry::extend(std::string_view handle, const v1::GraphDef& new_nodes,
+                                        int64_t current_graph_version) {
+  GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<Entry> entry, find(handle));
+  const std::lock_guard lock(entry->extend_mu);
+  const int64_t version = entry->graph_version.load();
+  if (current_graph_version != version) {
+    return failed_precondition(
+        "session '{}' is at graph version {}, the request extends version {}", handle, version,
+        current_graph_version);
+  }
+  v1::GraphDef grown = entry->graph_def;
+  for (const v1::NodeDef& node : new_nodes.node()) *grown.add_node() = node;
+  GRAPHRUN_ASSIGN_OR_RETURN(Graph graph, graph_from_graph_def(grown));
+  GRAPHRUN_RETURN_IF_ERROR(entry->session->extend(graph));
+  entry->graph_def = std::move(grown);
+  entry->num_nodes.store(graph.num_nodes());
+  entry->graph_version.store(version + 1);
+  return version + 1;
+}
+
+Result<std::vector<Tensor>> SessionRegistry::run(std::string_view handle, const NamedTensors& feeds,
+                                                 const std::vector<std::string>& fetches,
+                                                 const std::vector<std::string>& targets,
+                                                 const RunOptions& options, RunMetadata* metadata) {
+  GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<Entry> entry, find(handle));
+  GRAPHRUN_RETURN_IF_ERROR(check_feed_bytes(*this, feeds));
+  return entry->session->run(feed_list(feeds), tensor_refs(fetches), target_refs(targets), options,
+                             metadata);
+}
+
+Result<std::string> SessionRegistry::partial_run_setup(std::string_view handle,
+                                                       const std::vector<std::string>& feeds,
+                                                       const std::vector<std::string>& fetches,
+                                                       const std::vector<std::string>& targets,
+                                                       const RunOptions& options) {
+  GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<Entry> entry, find(handle));
+  {
+    const std::lock_guard lock(entry->mu);
+    entry->purge_done_locked();
+    if (entry->partial_runs.size() >= limits_.max_partial_runs_per_session) {
+      return resource_exhausted(
+          "session '{}' has {} open partial runs (limit max_partial_runs_per_session = {})", handle,
+          entry->partial_runs.size(), limits_.max_partial_runs_per_session);
+    }
+  }
+  GRAPHRUN_ASSIGN_OR_RETURN(PartialRunHandle run, entry->session->partial_run_setup(
+                                                      tensor_refs(fetches), tensor_refs(feeds),
+                                                      target_refs(targets), options));
+  auto shared = std::make_shared<PartialRunHandle>(std::move(run));
+  std::string id = shared->id();
+  const std::lock_guard lock(entry->mu);
+  // Concurrent setups may both have passed the check above; the session's
+  // own max_open_partial_runs (capped by the same limit) bounds them.
+  entry->partial_runs.emplace(id, std::move(shared));
+  return id;
+}
+
+Result<std::vector<Tensor>> SessionRegistry::partial_run(
+    std::string_view handle, std::string_view partial_run_id, const NamedTensors& feeds,
+    const std::vector<std::string>& fetches, const std::vector<std::string>& targets,
+    const RunOptions& options, RunMetadata* metadata) {
+  GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<Entry> entry, find(handle));
+  GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<PartialRunHandle> run,
+                            entry->find_partial_run(partial_run_id));
+  GRAPHRUN_RETURN_IF_ERROR(check_feed_bytes(*this, feeds));
+  Result<std::vector<Tensor>> out = entry->session->partial_run(
+      *run, feed_list(feeds), tensor_refs(fetches), target_refs(targets), options, metadata);
+  if (run->is_done()) {
+    const std::lock_guard lock(entry->mu);
+    const auto it = entry->partial_runs.find(partial_run_id);
+    if (it != entry->partial_runs.end() && it->second == run) entry->partial_runs.erase(it);
+  }
+  return out;
+}
+
+Status SessionRegistry::cancel_partial_run(std::string_view handle,
+                                           std::string_view partial_run_id) {
+  GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<Entry> entry, find(handle));
+  std::shared_ptr<PartialRunHandle> run;
+  {
+    const std::lock_guard lock(entry->mu);
+    const auto it = entry->partial_runs.find(partial_run_id);
+    if (it == entry->partial_runs.end()) {
+      return not_found("partial run '{}' not found in session '{}'", partial_run_id, handle);
+    }
+    run = std::move(it->second);
+    entry->partial_runs.erase(it);
+  }
+  return entry->session->cancel_partial_run(*run);
+}
+
+Status SessionRegistry::close(std::string_view handle) {
+  std::shared_ptr<Entry> entry;
+  {
+    const std::lock_guard lock(mu_);
+    const auto it = sessions_.find(handle);
+    if (it == sessions_.end()) return not_found("session '{}' not found", handle);
+    entry = std::move(it->second);
+    sessions_.erase(it);
+  }
+  // Cancels the calls in flight; they hold the entry, and the last one to
+  // return destroys the session.
+  return entry->session->close();
+}
+
+void SessionRegistry::close_all() {
+  std::map<std::string, std::shared_ptr<Entry>, std::less<>> sessions;
+  {
+    const std::lock_guard lock(mu_);
+    sessions.swap(sessions_);
+  }
+  for (auto& [handle, entry] : sessions) static_cast<void>(entry->session->close());
+}
+
+std::vector<SessionInfo> SessionRegistry::list() const {
+  std::vector<std::shared_ptr<Entry>> entries;
+  {
+    const std::lock_guard lock(mu_);
+    for (const auto& [handle, entry] : sessions_) entries.push_back(entry);
+  }
+  const int64_t now = now_ns();
+  std::vector<SessionInfo> out;
+  out.reserve(entries.size());
+  for (const auto& entry : entries) {
+    SessionInfo info;
+    info.handle = entry->handle;
+    info.graph_version = entry->graph_version.load();
+    info.num_nodes = entry->num_nodes.load();
+    {
+      const std::lock_guard lock(entry->mu);
+      entry->purge_done_locked();
+      info.open_partial_runs = static_cast<int64_t>(entry->partial_runs.size());
+    }
+    info.idle = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::nanoseconds(now - entry->last_use_ns.load(std::memory_order_relaxed)));
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+std::size_t SessionRegistry::size() const {
+  const std::lock_guard lock(mu_);
+  return sessions_.size();
+}
+
+}  // namespace graphrun

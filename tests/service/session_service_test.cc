@@ -1,0 +1,358 @@
+// The gRPC SessionService end to end: a Server in-process on 127.0.0.1:0,
+// driven by the generated stub over an insecure channel.
+#include <graphrun/graph_def.h>
+#include <graphrun/ops.h>
+#include <graphrun/server.h>
+#include <graphrun/session_service.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/impl/codegen/client_unary_call.h>
+#include <grpcpp/impl/codegen/rpc_method.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <vector>
+
+#include "tests/testing/op_harness.h"
+
+namespace graphrun {
+namespace {
+
+using ::graphrun::testing::IsOk;
+using ::graphrun::testing::TensorEq;
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+class SessionServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    server_ = Server::start().value();
+    ASSERT_GT(server_->port(), 0);
+    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(server_->port()),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = v1::SessionService::NewStub(channel_);
+  }
+
+  std::string create(const Graph& g) {
+    v1::CreateSessionRequest request;
+    *request.mutable_graph_def() = graph_to_graph_def(g).value();
+    v1::CreateSessionResponse response;
+    grpc::ClientContext context;
+    const grpc::Status status = stub_->CreateSession(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return response.session_handle();
+  }
+
+  static void add_feed(google::protobuf::RepeatedPtrField<v1::NamedTensorProto>* feeds,
+                       const std::string& name, const Tensor& value) {
+    v1::NamedTensorProto* feed = feeds->Add();
+    feed->set_name(name);
+    *feed->mutable_tensor() = tensor_to_proto(value);
+  }
+
+  static Tensor fetched(const v1::RunResponse& response, int i) {
+    return tensor_from_proto(response.tensor(i).tensor()).value();
+  }
+
+  std::unique_ptr<Server> server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::SessionService::Stub> stub_;
+};
+
+TEST_F(SessionServiceTest, RunFeedsAndFetchesByName) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape::unknown(), "x");
+  Output y = ops::Mul(g, x, ops::Const(g, Tensor(2.0f)), "y");
+  ops::Add(g, y, x, "z");
+  const std::string handle = create(g);
+  ASSERT_THAT(handle, StartsWith("s-"));
+
+  v1::RunRequest request;
+  request.set_session_handle(handle);
+  add_feed(request.mutable_feed(), "x", Tensor::vector<float>({1, 2, 3}));
+  request.add_fetch("z");
+  request.add_fetch("y:0");
+  request.mutable_options()->set_trace(true);
+  v1::RunResponse response;
+  grpc::ClientContext context;
+  const grpc::Status status = stub_->Run(&context, request, &response);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  ASSERT_EQ(response.tensor_size(), 2);
+  EXPECT_EQ(response.tensor(0).name(), "z");
+  EXPECT_EQ(response.tensor(1).name(), "y:0");
+  EXPECT_THAT(fetched(response, 0), TensorEq(Tensor::vector<float>({3, 6, 9})));
+  EXPECT_THAT(fetched(response, 1), TensorEq(Tensor::vector<float>({2, 4, 6})));
+  EXPECT_GE(response.metadata().step_stats().node_stats_size(), 2);
+
+  grpc::ClientContext list_context;
+  v1::ListSessionsResponse list;
+  ASSERT_TRUE(stub_->ListSessions(&list_context, {}, &list).ok());
+  ASSERT_EQ(list.sessions_size(), 1);
+  EXPECT_EQ(list.sessions(0).session_handle(), handle);
+  EXPECT_EQ(list.sessions(0).num_nodes(), 4);
+}
+
+// The seed example: a partial run over several RPCs whose expensive stage
+// runs once. The stage counts its executions in a variable and draws a
+// random number; both later fetches see the same draw.
+TEST_F(SessionServiceTest, PartialRunAcrossRpcsRunsTheExpensiveStageOnce) {
+  Graph g;
+  Output count = ops::Variable(g, Tensor(0.0f), "count");
+  Output inc = ops::AssignAdd(g, count, ops::Const(g, Tensor(1.0f)), {}, "inc");
+  ops::GlobalVariablesInitializer(g, "init");
+  Output expensive;
+  {
+    auto deps = g.control_dependencies({inc.node()});
+    expensive = ops::Identity(g, ops::RandomUniform(g, Shape{}), "expensive");
+  }
+  Output a = ops::Placeholder(g, DType::kFloat32, Shape{}, "a");
+  Output b = ops::Placeholder(g, DType::kFloat32, Shape{}, "b");
+  ops::Mul(g, expensive, a, "y1");
+  ops::Mul(g, expensive, b, "y2");
+  const std::string handle = create(g);
+
+  {
+    v1::RunRequest init;
+    init.set_session_handle(handle);
+    init.add_target("init");
+    grpc::ClientContext context;
+    v1::RunResponse response;
+    ASSERT_TRUE(stub_->Run(&context, init, &response).ok());
+  }
+  v1::PartialRunSetupRequest setup;
+  setup.set_session_handle(handle);
+  setup.add_feed("a");
+  setup.add_feed("b");
+  setup.add_fetch("y1");
+  setup.add_fetch("y2");
+  v1::PartialRunSetupResponse setup_response;
+  {
+    grpc::ClientContext context;
+    const grpc::Status status = stub_->PartialRunSetup(&context, setup, &setup_response);
+    ASSERT_TRUE(status.ok()) << status.error_message();
+  }
+  ASSERT_THAT(setup_response.partial_run_handle(), StartsWith("pr-"));
+
+  auto step = [&](const std::string& feed, float value, const std::string& fetch) {
+    v1::PartialRunRequest request;
+    request.set_session_handle(handle);
+    request.set_partial_run_handle(setup_response.partial_run_handle());
+    add_feed(request.mutable_feed(), feed, Tensor(value));
+    request.add_fetch(fetch);
+    v1::RunResponse response;
+    grpc::ClientContext context;
+    const grpc::Status status = stub_->PartialRun(&context, request, &response);
+    EXPECT_TRUE(status.ok()) << status.error_message();
+    return fetched(response, 0).scalar<float>();
+  };
+  const float y1 = step("a", 2.0f, "y1");
+  const float y2 = step("b", 4.0f, "y2");
+  EXPECT_EQ(y1 / 2.0f, y2 / 4.0f);  // one draw (powers of two scale exactly)
+  EXPECT_NE(y1, 0.0f);
+
+  v1::RunRequest read;
+  read.set_session_handle(handle);
+  read.add_fetch("count");
+  v1::RunResponse response;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub_->Run(&context, read, &response).ok());
+  EXPECT_THAT(fetched(response, 0), TensorEq(Tensor(1.0f)));  // the stage ran once
+}
+
+TEST_F(SessionServiceTest, ErrorsNameTheTensor) {
+  Graph g;
+  ops::Const(g, Tensor(1.0f), "one");
+  const std::string handle = create(g);
+  v1::RunRequest request;
+  request.set_session_handle(handle);
+  request.add_fetch("nosuch:0");
+  v1::RunResponse response;
+  grpc::ClientContext context;
+  const grpc::Status status = stub_->Run(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(status.error_message(), HasSubstr("nosuch"));
+
+  // A bad feed value is named by its feed.
+  v1::RunRequest bad_feed;
+  bad_feed.set_session_handle(handle);
+  v1::NamedTensorProto* feed = bad_feed.add_feed();
+  feed->set_name("one");
+  feed->mutable_tensor()->set_dtype(v1::DT_FLOAT);
+  feed->mutable_tensor()->set_tensor_content("abc");
+  bad_feed.add_fetch("one");
+  grpc::ClientContext feed_context;
+  const grpc::Status feed_status = stub_->Run(&feed_context, bad_feed, &response);
+  EXPECT_EQ(feed_status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(feed_status.error_message(), StartsWith("feed 'one'"));
+}
+
+TEST_F(SessionServiceTest, BadGraphIsInvalidArgumentNamingTheNode) {
+  Graph g;
+  ops::Const(g, Tensor(1.0f), "one");
+  v1::CreateSessionRequest request;
+  *request.mutable_graph_def() = graph_to_graph_def(g).value();
+  request.mutable_graph_def()->mutable_node(0)->add_input("ghost");
+  v1::CreateSessionResponse response;
+  grpc::ClientContext context;
+  const grpc::Status status = stub_->CreateSession(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(status.error_message(), StartsWith("node 'one'"));
+}
+
+// A chain of matrix products slow enough for any build (seconds optimised,
+// minutes in Debug).
+Graph slow_graph() {
+  Graph g;
+  Output m = ops::Const(g, Tensor::filled(Shape{256, 256}, 0.001f), "m");
+  for (int i = 0; i < 2000; ++i) m = ops::MatMul(g, m, m);
+  ops::Identity(g, m, "slow");
+  return g;
+}
+
+TEST_F(SessionServiceTest, RequestTimeoutIsDeadlineExceeded) {
+  const std::string handle = create(slow_graph());
+  v1::RunRequest request;
+  request.set_session_handle(handle);
+  request.add_fetch("slow");
+  request.mutable_options()->set_timeout_ms(50);
+  v1::RunResponse response;
+  grpc::ClientContext context;
+  const auto start = std::chrono::steady_clock::now();
+  const grpc::Status status = stub_->Run(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status.error_message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}
+
+TEST_F(SessionServiceTest, CallDeadlineReachesTheStep) {
+  const std::string handle = create(slow_graph());
+  v1::RunRequest request;
+  request.set_session_handle(handle);
+  request.add_fetch("slow");
+  v1::RunResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + std::chrono::milliseconds(100));
+  const grpc::Status status = stub_->Run(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  // The server stopped the step too: a shutdown that would let the handler
+  // run on for a minute returns at once.
+  const auto start = std::chrono::steady_clock::now();
+  server_->shutdown(std::chrono::seconds(60));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+}
+
+TEST_F(SessionServiceTest, CloseThenRunIsNotFound) {
+  Graph g;
+  ops::Const(g, Tensor(1.0f), "one");
+  const std::string handle = create(g);
+  v1::CloseSessionRequest close;
+  close.set_session_handle(handle);
+  v1::CloseSessionResponse closed;
+  grpc::ClientContext close_context;
+  ASSERT_TRUE(stub_->CloseSession(&close_context, close, &closed).ok());
+
+  v1::RunRequest request;
+  request.set_session_handle(handle);
+  request.add_fetch("one");
+  v1::RunResponse response;
+  grpc::ClientContext context;
+  const grpc::Status status = stub_->Run(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_THAT(status.error_message(), HasSubstr(handle));
+}
+
+TEST_F(SessionServiceTest, LongStatusMessagesAreCapped) {
+  // An unknown node whose 10 000-character name is echoed in the message.
+  Graph g;
+  ops::Const(g, Tensor(1.0f), "one");
+  const std::string handle = create(g);
+  const std::string name(10000, 'n');
+  v1::RunRequest request;
+  request.set_session_handle(handle);
+  request.add_fetch(name);
+  v1::RunResponse response;
+  grpc::ClientContext context;
+  const grpc::Status status = stub_->Run(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
+  EXPECT_EQ(status.error_message().size(), kMaxStatusMessageBytes);
+  EXPECT_THAT(status.error_message(), HasSubstr("nnnnnnnn"));
+  EXPECT_THAT(status.error_message(), ::testing::EndsWith(" bytes cut)"));
+}
+
+TEST(CapStatusMessageTest, KeepsTheHeadAndCountsTheCut) {
+  EXPECT_EQ(cap_status_message("short", 10), "short");
+  const std::string message = "node 'a' (Add): " + std::string(100, 'x');
+  const std::string capped = cap_status_message(message, 40);
+  EXPECT_EQ(capped.size(), 40u);
+  EXPECT_THAT(capped, StartsWith("node 'a' (Add): xxx"));
+  const std::size_t head = capped.find("... (");
+  ASSERT_NE(head, std::string::npos);
+  EXPECT_EQ(capped.substr(head), "... (" + std::to_string(message.size() - head) + " bytes cut)");
+  // A cut never splits a UTF-8 character: "é" is two bytes.
+  std::string accents;
+  for (int i = 0; i < 50; ++i) accents += "\xc3\xa9";
+  const std::string cut = cap_status_message(accents, 41);
+  const std::size_t accent_head = cut.find("...");
+  EXPECT_EQ(accent_head % 2, 0u);
+  EXPECT_LE(cut.size(), 41u);
+}
+
+// grpc.health.v1.Health/Check with the empty service name, as raw bytes
+// (Debian ships no generated health stubs for C++): the response
+// HealthCheckResponse{status: SERVING} is the two bytes 08 01.
+grpc::Status health_check(grpc::Channel& channel, std::string* response_bytes) {
+  const grpc::internal::RpcMethod method("/grpc.health.v1.Health/Check",
+                                         grpc::internal::RpcMethod::NORMAL_RPC);
+  grpc::ClientContext context;
+  const grpc::Slice empty;  // HealthCheckRequest{service: ""}: no bytes
+  const grpc::ByteBuffer request(&empty, 1);
+  grpc::ByteBuffer response;
+  const grpc::Status status = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+      &channel, method, &context, request, &response);
+  std::vector<grpc::Slice> slices;
+  response_bytes->clear();
+  if (status.ok() && response.Dump(&slices).ok()) {
+    for (const grpc::Slice& slice : slices) {
+      response_bytes->append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+    }
+  }
+  return status;
+}
+
+TEST(ServerTest, HealthReusePortAndShutdown) {
+  auto server = Server::start().value();
+  EXPECT_EQ(server->address(), "127.0.0.1:" + std::to_string(server->port()));
+  EXPECT_TRUE(server->registry().list().empty());
+  auto channel = grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials());
+  std::string health;
+  const grpc::Status status = health_check(*channel, &health);
+  ASSERT_TRUE(status.ok()) << status.error_message();
+  EXPECT_EQ(health, std::string("\x08\x01", 2));  // SERVING
+  // Two servers never share a port (GRPC_ARG_ALLOW_REUSEPORT is off).
+  ServerOptions same;
+  same.address = server->address();
+  EXPECT_THAT(Server::start(same).status(),
+              ::graphrun::testing::StatusIs(StatusCode::kUnavailable, server->address()));
+  server->shutdown(std::chrono::milliseconds(100));
+  server->shutdown();  // idempotent
+  EXPECT_FALSE(health_check(*channel, &health).ok());
+}
+
+TEST(ServerTest, RequestOverTheMessageLimitIsResourceExhausted) {
+  ServerOptions options;
+  options.max_message_bytes = 1024;
+  auto server = Server::start(options).value();
+  auto stub = v1::SessionService::NewStub(
+      grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials()));
+  v1::RunRequest request;
+  request.set_session_handle("s-any");
+  v1::NamedTensorProto* feed = request.add_feed();
+  feed->set_name("x");
+  *feed->mutable_tensor() = tensor_to_proto(Tensor::filled(Shape{512}, 1.0f));  // 2 KiB
+  v1::RunResponse response;
+  grpc::ClientContext context;
+  const grpc::Status status = stub->Run(&context, request, &response);
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
+}
+
+}  // namespace
+}  // namespace graphrun
