@@ -213,6 +213,9 @@ TEST_P(SessionRunTest, DeadlineSkipsTheNodesAfterASlowOne) {
   Output x = sum2(g_, late, p, "x");
   Output y = sum2(g_, x, x, "y");
   auto s = make_session(g_);
+  // Compile the signature first: under TSan, compiling inside the 5 ms
+  // window let the deadline pass before 'late' even started.
+  ASSERT_THAT(s->make_callable({p}, {y}), IsOk());
   RunOptions opts;
   opts.timeout = std::chrono::milliseconds(5);
   EXPECT_THAT(s->run({{p, Tensor(1.0f)}}, {y}, {}, opts),
