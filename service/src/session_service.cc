@@ -107,6 +107,25 @@ void encode_response(const std::vector<std::string>& fetches, const std::vector<
   }
 }
 
+// Run and PartialRun: decode the feeds, run `step` (feeds, fetches,
+// options, metadata or null) with the call's options, encode the fetches
+// in request order and, when tracing, the step statistics.
+template <typename Request, typename Step>
+grpc::ServerUnaryReactor* serve_step(const SessionRegistry& registry,
+                                     grpc::CallbackServerContext* context, const Request& request,
+                                     v1::RunResponse* response, Step step) {
+  Result<NamedTensors> feeds = decode_feeds(registry, request.feed());
+  if (!feeds.is_ok()) return finish(context, feeds.status());
+  const std::vector<std::string> fetches = names(request.fetch());
+  const RunOptions options = run_options(*context, request.options());
+  RunMetadata metadata;
+  Result<std::vector<Tensor>> out =
+      step(*feeds, fetches, options, options.trace ? &metadata : nullptr);
+  if (!out.is_ok()) return finish(context, out.status());
+  encode_response(fetches, *out, metadata, options.trace, response);
+  return finish(context, Status::ok());
+}
+
 }  // namespace
 
 std::string cap_status_message(std::string_view message, std::size_t max_bytes) {
@@ -176,17 +195,12 @@ grpc::ServerUnaryReactor* SessionServiceImpl::ExtendSession(grpc::CallbackServer
 grpc::ServerUnaryReactor* SessionServiceImpl::Run(grpc::CallbackServerContext* context,
                                                   const v1::RunRequest* request,
                                                   v1::RunResponse* response) {
-  Result<NamedTensors> feeds = decode_feeds(registry_, request->feed());
-  if (!feeds.is_ok()) return finish(context, feeds.status());
-  const std::vector<std::string> fetches = names(request->fetch());
-  const RunOptions options = run_options(*context, request->options());
-  RunMetadata metadata;
-  Result<std::vector<Tensor>> out =
-      registry_.run(request->session_handle(), *feeds, fetches, names(request->target()), options,
-                    options.trace ? &metadata : nullptr);
-  if (!out.is_ok()) return finish(context, out.status());
-  encode_response(fetches, *out, metadata, options.trace, response);
-  return finish(context, Status::ok());
+  return serve_step(registry_, context, *request, response,
+                    [&](const NamedTensors& feeds, const std::vector<std::string>& fetches,
+                        const RunOptions& options, RunMetadata* metadata) {
+                      return registry_.run(request->session_handle(), feeds, fetches,
+                                           names(request->target()), options, metadata);
+                    });
 }
 
 grpc::ServerUnaryReactor* SessionServiceImpl::PartialRunSetup(
@@ -203,17 +217,13 @@ grpc::ServerUnaryReactor* SessionServiceImpl::PartialRunSetup(
 grpc::ServerUnaryReactor* SessionServiceImpl::PartialRun(grpc::CallbackServerContext* context,
                                                          const v1::PartialRunRequest* request,
                                                          v1::RunResponse* response) {
-  Result<NamedTensors> feeds = decode_feeds(registry_, request->feed());
-  if (!feeds.is_ok()) return finish(context, feeds.status());
-  const std::vector<std::string> fetches = names(request->fetch());
-  const RunOptions options = run_options(*context, request->options());
-  RunMetadata metadata;
-  Result<std::vector<Tensor>> out = registry_.partial_run(
-      request->session_handle(), request->partial_run_handle(), *feeds, fetches,
-      names(request->target()), options, options.trace ? &metadata : nullptr);
-  if (!out.is_ok()) return finish(context, out.status());
-  encode_response(fetches, *out, metadata, options.trace, response);
-  return finish(context, Status::ok());
+  return serve_step(registry_, context, *request, response,
+                    [&](const NamedTensors& feeds, const std::vector<std::string>& fetches,
+                        const RunOptions& options, RunMetadata* metadata) {
+                      return registry_.partial_run(request->session_handle(),
+                                                   request->partial_run_handle(), feeds, fetches,
+                                                   names(request->target()), options, metadata);
+                    });
 }
 
 grpc::ServerUnaryReactor* SessionServiceImpl::CancelPartialRun(
