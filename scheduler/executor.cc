@@ -195,6 +195,7 @@ Result<PartialRunHandle> SessionImpl::partial_run_setup(const std::vector<Tensor
     run->cancel(why);
     return why;
   }
+  run->watch(options.stop_token);
   if (options_.partial_run_idle_timeout) schedule_idle_sweep();
   return PartialRunHandle(std::move(run));
 }
@@ -498,7 +499,14 @@ Status SessionImpl::execute(PlanEntry& entry, std::span<const Tensor> feeds, std
     if (inst == nullptr) in_arena([&] { inst = std::make_unique<FlowInstance>(plan, runtime_); });
     RunState& state = inst->state();
     state.begin(control, feeds);
-    if (!plan.nodes.empty()) inst->run();
+    {
+      // A stop requested from now on (or already) cancels the step; the
+      // callback is unregistered (and waited for) before the state is read.
+      const auto on_stop = on_stop_requested(options.stop_token, [&state] {
+        state.record_error(cancelled("the run was cancelled by its caller"));
+      });
+      if (!plan.nodes.empty()) inst->run();
+    }
     status = state.status();
     if (status.is_ok()) state.take_fetches(out);
     if (control.trace) state.collect_stats(*metadata);

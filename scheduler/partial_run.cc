@@ -29,9 +29,19 @@ PartialRun::PartialRun(SessionImpl* session, std::shared_ptr<PlanEntry> entry, S
 }
 
 PartialRun::~PartialRun() {
+  // Waits for a stop callback running on another thread.
+  setup_stop_.reset();
   // The handle and the session registry are gone: the run ended or was
   // detached; nothing may wait on the group any more.
   GRAPHRUN_DCHECK(instance_ == nullptr);
+}
+
+void PartialRun::StopRun::operator()() const {
+  run->record_error(cancelled("partial run {} was cancelled by its caller", run->id_));
+}
+
+void PartialRun::watch(const std::stop_token& token) {
+  if (token.stop_possible()) setup_stop_.emplace(token, StopRun{this});
 }
 
 void PartialRun::touch() { last_used_ns_.store(now_ns(), std::memory_order_relaxed); }
@@ -238,6 +248,10 @@ Result<std::vector<Tensor>> PartialRun::call(const FeedList& feeds,
                                          id_, timeout.count()));
         });
   }
+  // A stop requested while this call is in progress cancels the run.
+  auto on_stop = on_stop_requested(options.stop_token, [this] {
+    record_error(cancelled("partial run {}: the call was cancelled by its caller", id_));
+  });
   session->run_step(plan_, options.trace && metadata != nullptr, [&] {
     if (plan_.run_inline) {
       // Every node the feeds make ready runs before put_feed returns.
@@ -252,6 +266,7 @@ Result<std::vector<Tensor>> PartialRun::call(const FeedList& feeds,
     group_->wait();
   });
   if (deadline_timer != 0) session->timer().cancel(deadline_timer);
+  on_stop.reset();  // waits for a callback running on another thread
   if (metadata != nullptr && options.trace) state.collect_new_stats(*metadata);
 
   Status status = state.status();

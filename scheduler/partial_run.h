@@ -12,6 +12,8 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <stop_token>
 #include <string>
 #include <vector>
 
@@ -47,6 +49,11 @@ class PartialRun final : public StepListener {
   // Ends the run with `why` (Cancelled, DeadlineExceeded, ...) from any
   // thread. A call in progress returns `why`.
   void cancel(const Status& why);
+  // Fails the run with Cancelled when a stop is requested on `token`
+  // (partial_run_setup's RunOptions::stop_token): the nodes not started do
+  // not run, a call in progress returns Cancelled and ends the run, or the
+  // next call does. Called once, before the handle is returned.
+  void watch(const std::stop_token& token);
   // The session is being destroyed: end the run and never touch the session
   // again.
   void detach();
@@ -101,6 +108,13 @@ class PartialRun final : public StepListener {
   // Behind a pointer: ~task_group is noexcept(false), StepListener's is not.
   std::unique_ptr<tbb::task_group> group_ = std::make_unique<tbb::task_group>(group_context_);
   std::atomic<int64_t> last_used_ns_{0};  // relaxed: an idle-timeout hint
+
+  // The setup's stop registration (watch()); reset first in the destructor.
+  struct StopRun {
+    PartialRun* run;
+    void operator()() const;
+  };
+  std::optional<std::stop_callback<StopRun>> setup_stop_;
 };
 
 }  // namespace graphrun::sched

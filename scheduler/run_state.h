@@ -15,6 +15,8 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stop_token>
+#include <utility>
 #include <vector>
 
 #include "scheduler/plan.h"
@@ -23,6 +25,16 @@ namespace graphrun::sched {
 
 // The status of every call a closed session cuts short (TF's words).
 inline Status session_closed_status() { return cancelled("Session has been closed."); }
+
+// Runs `fn` once a stop is requested on `token` (at once if it already
+// was), until the returned registration is destroyed; destroying it waits
+// for a running `fn`. Nothing is registered for a token that cannot be
+// stopped (RunOptions' default).
+template <typename F>
+std::optional<std::stop_callback<F>> on_stop_requested(const std::stop_token& token, F fn) {
+  if (!token.stop_possible()) return std::nullopt;
+  return std::optional<std::stop_callback<F>>(std::in_place, token, std::move(fn));
+}
 
 // What a step is run under: set by the session before each run.
 struct StepControl {

@@ -10,6 +10,7 @@
 #include <chrono>
 #include <mutex>
 #include <set>
+#include <stop_token>
 #include <string>
 #include <thread>
 
@@ -318,6 +319,61 @@ TEST_P(PartialRunTest, DeadlineEndsTheRun) {
   EXPECT_THAT(s->partial_run(*h, {{x, Tensor(1.0f)}}, {slow}, {}, o),
               StatusIs(StatusCode::kDeadlineExceeded, "deadline"));
   EXPECT_TRUE(h->is_done());
+}
+
+TEST_P(PartialRunTest, StopTokenOfACallCancelsTheRun) {
+  Graph g;
+  std::atomic<int> n{0};
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  Output slow = stage(g, x, &n, 1.0f, "slow", std::chrono::milliseconds(200));
+  Output after = stage(g, slow, &n, 1.0f, "after");
+  auto s = make_session(g);
+  auto h = s->partial_run_setup({after}, {x});
+  ASSERT_THAT(h, IsOk());
+  std::stop_source stop;
+  RunOptions o;
+  o.stop_token = stop.get_token();
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    stop.request_stop();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THAT(s->partial_run(*h, {{x, Tensor(1.0f)}}, {after}, {}, o),
+              StatusIs(StatusCode::kCancelled, "the call was cancelled by its caller"));
+  stopper.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_TRUE(h->is_done());
+  EXPECT_EQ(s->num_open_partial_runs(), 0u);
+  EXPECT_EQ(n.load(), 1);  // 'slow' finished; 'after' never started
+}
+
+TEST_P(PartialRunTest, StopTokenOfTheSetupCancelsTheRunBetweenCalls) {
+  Seed m;
+  auto s = make_session(m.g);
+  std::stop_source stop;
+  RunOptions o;
+  o.stop_token = stop.get_token();
+  auto h = s->partial_run_setup({m.r1, m.r2}, {m.x}, {}, o);
+  ASSERT_THAT(h, IsOk());
+  stop.request_stop();  // no call in progress: the next call reports it
+  EXPECT_THAT(s->partial_run(*h, {{m.x, Tensor{1.0f, 1.0f}}}, {m.r1}),
+              StatusIs(StatusCode::kCancelled, "was cancelled by its caller"));
+  EXPECT_TRUE(h->is_done());
+  EXPECT_EQ(m.expensive.load(), 0);
+  EXPECT_EQ(s->num_open_partial_runs(), 0u);
+  // Stopped before the setup: the same.
+  auto h2 = s->partial_run_setup({m.r1}, {m.x}, {}, o);
+  ASSERT_THAT(h2, IsOk());
+  EXPECT_THAT(s->partial_run(*h2, {{m.x, Tensor{1.0f, 1.0f}}}, {m.r1}),
+              StatusIs(StatusCode::kCancelled, "cancelled by its caller"));
+  EXPECT_EQ(m.expensive.load(), 0);
+  // An unstopped token changes nothing.
+  std::stop_source unused;
+  o.stop_token = unused.get_token();
+  auto h3 = s->partial_run_setup({m.r1}, {m.x}, {}, o);
+  ASSERT_THAT(h3, IsOk());
+  EXPECT_THAT(s->partial_run(*h3, {{m.x, Tensor{1.0f, 1.0f}}}, {m.r1}, {}, o),
+              IsOkAndHolds(ElementsAre(TensorEq(Tensor{2.0f, 2.0f}))));
 }
 
 TEST_P(PartialRunTest, LimitAndIdleTimeout) {

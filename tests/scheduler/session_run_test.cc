@@ -4,6 +4,7 @@
 // (inline) nodes.
 #include <gtest/gtest.h>
 
+#include <stop_token>
 #include <thread>
 
 #include "tests/scheduler/test_ops.h"
@@ -240,6 +241,41 @@ TEST_P(SessionRunTest, CloseCancelsARunBetweenNodes) {
               StatusIs(StatusCode::kCancelled, "Session has been closed."));
   closer.join();
   EXPECT_EQ(counter_.count("x"), 0);
+}
+
+TEST_P(SessionRunTest, StopTokenCancelsARunBetweenNodes) {
+  Output p = placeholder(g_, Shape{}, "p");
+  Output late = slow(g_, p, 50, "late");
+  Output x = sum2(g_, late, p, "x");
+  auto s = make_session(g_);
+  std::stop_source stop;
+  RunOptions opts;
+  opts.stop_token = stop.get_token();
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    stop.request_stop();
+  });
+  EXPECT_THAT(s->run({{p, Tensor(1.0f)}}, {x}, {}, opts),
+              StatusIs(StatusCode::kCancelled, "the run was cancelled by its caller"));
+  stopper.join();
+  EXPECT_EQ(counter_.count("x"), 0);
+  // Stopped before it starts: no node runs; the session stays usable.
+  EXPECT_THAT(s->run({{p, Tensor(1.0f)}}, {x}, {}, opts),
+              StatusIs(StatusCode::kCancelled, "cancelled by its caller"));
+  EXPECT_EQ(counter_.count("x"), 0);
+  std::stop_source unused;
+  opts.stop_token = unused.get_token();
+  auto ok = s->run({{p, Tensor(1.0f)}}, {x}, {}, opts);
+  ASSERT_THAT(ok, IsOk());
+  EXPECT_EQ((*ok)[0].scalar<float>(), 2.0f);
+  // A Callable honours the token too.
+  auto callable = s->make_callable({p}, {x});
+  ASSERT_THAT(callable, IsOk());
+  std::vector<Tensor> out(1);
+  const std::vector<Tensor> feeds{Tensor(1.0f)};
+  opts.stop_token = stop.get_token();
+  EXPECT_THAT(callable->run(feeds, out, opts),
+              StatusIs(StatusCode::kCancelled, "cancelled by its caller"));
 }
 
 TEST_P(SessionRunTest, TracingReportsInlineNodesWithTheirThread) {

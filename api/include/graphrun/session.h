@@ -48,6 +48,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <stop_token>
 #include <string>
 #include <vector>
 
@@ -105,6 +106,14 @@ struct RunOptions {
   std::optional<std::chrono::milliseconds> timeout;
   // Collect per-node step statistics into RunMetadata.
   bool trace = false;
+  // Cancels the call from another thread (a client that went away, a stop
+  // button): once a stop is requested on this token's std::stop_source, no
+  // further node starts, kernels polling OpKernelContext::is_cancelled()
+  // stop early, and the call returns Cancelled. run() and Callable::run():
+  // the run. partial_run_setup(): the whole partial run, until it ends.
+  // partial_run(): the whole partial run, while that call is in progress.
+  // The default token cannot be stopped and costs nothing.
+  std::stop_token stop_token;
 };
 
 // What one node execution did (when tracing).
