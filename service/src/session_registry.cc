@@ -2,12 +2,16 @@
 #include <graphrun/session_registry.h>
 #include <sys/random.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <cerrno>
 
 namespace graphrun {
 namespace {
+
+// Closed-for-idleness handles remembered for a better NotFound message.
+constexpr std::size_t kRememberedExpiredHandles = 1024;
 
 int64_t now_ns() {
   return std::chrono::duration_cast<std::chrono::nanoseconds>(
@@ -90,15 +94,74 @@ struct SessionRegistry::Entry {
   }
 };
 
-SessionRegistry::SessionRegistry(ServiceLimits limits) : limits_(limits) {}
+SessionRegistry::SessionRegistry(ServiceLimits limits) : limits_(limits) {
+  if (limits_.session_idle_timeout.count() > 0) {
+    sweeper_ = std::thread([this] { sweep_until_stopped(); });
+  }
+}
 
-SessionRegistry::~SessionRegistry() { close_all(); }
+SessionRegistry::~SessionRegistry() {
+  {
+    const std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  sweeper_cv_.notify_all();
+  if (sweeper_.joinable()) sweeper_.join();
+  close_all();
+}
+
+void SessionRegistry::sweep_until_stopped() {
+  // Often enough that a session is closed within a quarter of the timeout
+  // past it; at most once a second, at least every 10 ms.
+  const auto period = std::clamp<std::chrono::milliseconds>(
+      limits_.session_idle_timeout / 4, std::chrono::milliseconds(10), std::chrono::seconds(1));
+  std::unique_lock lock(mu_);
+  while (!sweeper_cv_.wait_for(lock, period, [this] { return stopping_; })) {
+    lock.unlock();
+    close_idle_sessions();
+    lock.lock();
+  }
+}
+
+std::size_t SessionRegistry::close_idle_sessions() {
+  if (limits_.session_idle_timeout.count() <= 0) return 0;
+  const int64_t cutoff =
+      now_ns() -
+      std::chrono::duration_cast<std::chrono::nanoseconds>(limits_.session_idle_timeout).count();
+  std::vector<std::shared_ptr<Entry>> idle;
+  {
+    const std::lock_guard lock(mu_);
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      // use_count() == 1: only the map holds the entry, and taking it from
+      // the map needs mu_, so no call is in progress or can start.
+      if (it->second.use_count() == 1 &&
+          it->second->last_use_ns.load(std::memory_order_relaxed) < cutoff) {
+        expired_.push_back(it->first);
+        if (expired_.size() > kRememberedExpiredHandles) expired_.pop_front();
+        idle.push_back(std::move(it->second));
+        it = sessions_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const auto& entry : idle) static_cast<void>(entry->session->close());
+  return idle.size();
+}
 
 Status SessionRegistry::check_request_bytes(int64_t bytes) const {
   if (bytes > limits_.max_tensor_bytes_per_request) {
     return resource_exhausted(
         "request feeds {} tensor bytes (limit max_tensor_bytes_per_request = {})", bytes,
         limits_.max_tensor_bytes_per_request);
+  }
+  return Status::ok();
+}
+
+Status SessionRegistry::check_graph_nodes(int64_t nodes) const {
+  if (nodes > limits_.max_graph_nodes) {
+    return resource_exhausted("the graph has {} nodes (limit max_graph_nodes = {})", nodes,
+                              limits_.max_graph_nodes);
   }
   return Status::ok();
 }
@@ -130,9 +193,15 @@ Result<SessionRegistry::Created> SessionRegistry::create(const v1::GraphDef& gra
     const std::lock_guard lock(mu_);
     if (sessions_.size() >= limits_.max_sessions) return full();
   }
+  GRAPHRUN_RETURN_IF_ERROR(check_graph_nodes(graph_def.node_size()));
   GRAPHRUN_ASSIGN_OR_RETURN(Graph graph, graph_from_graph_def(graph_def));
   options.max_open_partial_runs =
       std::min(options.max_open_partial_runs, limits_.max_partial_runs_per_session);
+  if (limits_.partial_run_idle_timeout.count() > 0) {
+    options.partial_run_idle_timeout =
+        std::min(options.partial_run_idle_timeout.value_or(limits_.partial_run_idle_timeout),
+                 limits_.partial_run_idle_timeout);
+  }
   GRAPHRUN_ASSIGN_OR_RETURN(std::unique_ptr<Session> session,
                             Session::create(graph, std::move(options)));
   auto entry = std::make_shared<Entry>();
@@ -155,7 +224,15 @@ Result<std::shared_ptr<SessionRegistry::Entry>> SessionRegistry::find(
     std::string_view handle) const {
   const std::lock_guard lock(mu_);
   const auto it = sessions_.find(handle);
-  if (it == sessions_.end()) return not_found("session '{}' not found", handle);
+  if (it == sessions_.end()) {
+    if (std::find(expired_.begin(), expired_.end(), handle) != expired_.end()) {
+      return not_found(
+          "session '{}' not found: it was closed after {} ms without a call (limit "
+          "session_idle_timeout)",
+          handle, limits_.session_idle_timeout.count());
+    }
+    return not_found("session '{}' not found", handle);
+  }
   it->second->touch();
   return it->second;
 }
@@ -176,6 +253,8 @@ Result<int64_t> SessionRegistry::extend(std::string_view handle, const v1::Graph
         "session '{}' is at graph version {}, the request extends version {}", handle, version,
         current_graph_version);
   }
+  GRAPHRUN_RETURN_IF_ERROR(
+      check_graph_nodes(int64_t{entry->graph_def.node_size()} + new_nodes.node_size()));
   v1::GraphDef grown = entry->graph_def;
   for (const v1::NodeDef& node : new_nodes.node()) *grown.add_node() = node;
   GRAPHRUN_ASSIGN_OR_RETURN(Graph graph, graph_from_graph_def(grown));
@@ -183,6 +262,7 @@ Result<int64_t> SessionRegistry::extend(std::string_view handle, const v1::Graph
   entry->graph_def = std::move(grown);
   entry->num_nodes.store(graph.num_nodes());
   entry->graph_version.store(version + 1);
+  entry->touch();
   return version + 1;
 }
 
@@ -192,8 +272,10 @@ Result<std::vector<Tensor>> SessionRegistry::run(std::string_view handle, const 
                                                  const RunOptions& options, RunMetadata* metadata) {
   GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<Entry> entry, find(handle));
   GRAPHRUN_RETURN_IF_ERROR(check_feed_bytes(*this, feeds));
-  return entry->session->run(feed_list(feeds), tensor_refs(fetches), target_refs(targets), options,
-                             metadata);
+  Result<std::vector<Tensor>> out = entry->session->run(feed_list(feeds), tensor_refs(fetches),
+                                                        target_refs(targets), options, metadata);
+  entry->touch();  // idle time counts from the end of the last call
+  return out;
 }
 
 Result<std::string> SessionRegistry::partial_run_setup(std::string_view handle,
@@ -233,6 +315,7 @@ Result<std::vector<Tensor>> SessionRegistry::partial_run(
   GRAPHRUN_RETURN_IF_ERROR(check_feed_bytes(*this, feeds));
   Result<std::vector<Tensor>> out = entry->session->partial_run(
       *run, feed_list(feeds), tensor_refs(fetches), target_refs(targets), options, metadata);
+  entry->touch();
   if (run->is_done()) {
     const std::lock_guard lock(entry->mu);
     const auto it = entry->partial_runs.find(partial_run_id);

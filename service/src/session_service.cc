@@ -2,10 +2,13 @@
 #include <graphrun/graph_def.h>
 #include <graphrun/session_service.h>
 
+#include "service/src/call_executor.h"
+
 #include <algorithm>
 #include <chrono>
 #include <limits>
 #include <optional>
+#include <stop_token>
 #include <utility>
 #include <vector>
 
@@ -107,23 +110,46 @@ void encode_response(const std::vector<std::string>& fetches, const std::vector<
   }
 }
 
-// Run and PartialRun: decode the feeds, run `step` (feeds, fetches,
-// options, metadata or null) with the call's options, encode the fetches
-// in request order and, when tracing, the step statistics.
+// The reactor of a Run or PartialRun call: a client's cancellation (or its
+// deadline passing) requests a stop on the step's RunOptions::stop_token.
+class StepReactor final : public grpc::ServerUnaryReactor {
+ public:
+  std::stop_token stop_token() const { return stop_.get_token(); }
+  void OnCancel() override { stop_.request_stop(); }
+  void OnDone() override { delete this; }  // after Finish; the step is over
+
+ private:
+  std::stop_source stop_;
+};
+
+// Run and PartialRun, on an executor thread: decode the feeds, run `step`
+// (feeds, fetches, options, metadata or null) with the call's options and
+// stop token, encode the fetches in request order and, when tracing, the
+// step statistics. The reactor is returned at once so that gRPC can deliver
+// the client's cancellation while the step runs.
 template <typename Request, typename Step>
-grpc::ServerUnaryReactor* serve_step(const SessionRegistry& registry,
-                                     grpc::CallbackServerContext* context, const Request& request,
+grpc::ServerUnaryReactor* serve_step(service_internal::CallExecutor& executor,
+                                     const SessionRegistry& registry,
+                                     grpc::CallbackServerContext* context, const Request* request,
                                      v1::RunResponse* response, Step step) {
-  Result<NamedTensors> feeds = decode_feeds(registry, request.feed());
-  if (!feeds.is_ok()) return finish(context, feeds.status());
-  const std::vector<std::string> fetches = names(request.fetch());
-  const RunOptions options = run_options(*context, request.options());
-  RunMetadata metadata;
-  Result<std::vector<Tensor>> out =
-      step(*feeds, fetches, options, options.trace ? &metadata : nullptr);
-  if (!out.is_ok()) return finish(context, out.status());
-  encode_response(fetches, *out, metadata, options.trace, response);
-  return finish(context, Status::ok());
+  auto* reactor = new StepReactor();
+  // The context, request and response live until the reactor's OnDone,
+  // which comes after Finish.
+  executor.submit([&registry, context, request, response, reactor, step = std::move(step)] {
+    const Status status = [&]() -> Status {
+      GRAPHRUN_ASSIGN_OR_RETURN(NamedTensors feeds, decode_feeds(registry, request->feed()));
+      const std::vector<std::string> fetches = names(request->fetch());
+      RunOptions options = run_options(*context, request->options());
+      options.stop_token = reactor->stop_token();
+      RunMetadata metadata;
+      GRAPHRUN_ASSIGN_OR_RETURN(std::vector<Tensor> out,
+                                step(feeds, fetches, options, options.trace ? &metadata : nullptr));
+      encode_response(fetches, out, metadata, options.trace, response);
+      return Status::ok();
+    }();
+    reactor->Finish(to_grpc_status(status));
+  });
+  return reactor;
 }
 
 }  // namespace
@@ -154,6 +180,12 @@ grpc::Status to_grpc_status(const Status& status) {
   if (status.is_ok()) return grpc::Status::OK;
   return {static_cast<grpc::StatusCode>(status.code()), cap_status_message(status.message())};
 }
+
+SessionServiceImpl::SessionServiceImpl(SessionRegistry& registry, std::size_t max_step_threads)
+    : registry_(registry),
+      executor_(std::make_unique<service_internal::CallExecutor>(max_step_threads)) {}
+
+SessionServiceImpl::~SessionServiceImpl() = default;
 
 grpc::ServerUnaryReactor* SessionServiceImpl::CreateSession(grpc::CallbackServerContext* context,
                                                             const v1::CreateSessionRequest* request,
@@ -195,12 +227,13 @@ grpc::ServerUnaryReactor* SessionServiceImpl::ExtendSession(grpc::CallbackServer
 grpc::ServerUnaryReactor* SessionServiceImpl::Run(grpc::CallbackServerContext* context,
                                                   const v1::RunRequest* request,
                                                   v1::RunResponse* response) {
-  return serve_step(registry_, context, *request, response,
-                    [&](const NamedTensors& feeds, const std::vector<std::string>& fetches,
-                        const RunOptions& options, RunMetadata* metadata) {
-                      return registry_.run(request->session_handle(), feeds, fetches,
-                                           names(request->target()), options, metadata);
-                    });
+  return serve_step(
+      *executor_, registry_, context, request, response,
+      [this, request](const NamedTensors& feeds, const std::vector<std::string>& fetches,
+                      const RunOptions& options, RunMetadata* metadata) {
+        return registry_.run(request->session_handle(), feeds, fetches, names(request->target()),
+                             options, metadata);
+      });
 }
 
 grpc::ServerUnaryReactor* SessionServiceImpl::PartialRunSetup(
@@ -217,13 +250,13 @@ grpc::ServerUnaryReactor* SessionServiceImpl::PartialRunSetup(
 grpc::ServerUnaryReactor* SessionServiceImpl::PartialRun(grpc::CallbackServerContext* context,
                                                          const v1::PartialRunRequest* request,
                                                          v1::RunResponse* response) {
-  return serve_step(registry_, context, *request, response,
-                    [&](const NamedTensors& feeds, const std::vector<std::string>& fetches,
-                        const RunOptions& options, RunMetadata* metadata) {
-                      return registry_.partial_run(request->session_handle(),
-                                                   request->partial_run_handle(), feeds, fetches,
-                                                   names(request->target()), options, metadata);
-                    });
+  return serve_step(
+      *executor_, registry_, context, request, response,
+      [this, request](const NamedTensors& feeds, const std::vector<std::string>& fetches,
+                      const RunOptions& options, RunMetadata* metadata) {
+        return registry_.partial_run(request->session_handle(), request->partial_run_handle(),
+                                     feeds, fetches, names(request->target()), options, metadata);
+      });
 }
 
 grpc::ServerUnaryReactor* SessionServiceImpl::CancelPartialRun(

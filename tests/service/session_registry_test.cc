@@ -1,11 +1,14 @@
 // SessionRegistry without gRPC: handles, lookup, close, list, extend
 // versions and the limits.
+#include <fmt/format.h>
 #include <graphrun/graph_def.h>
 #include <graphrun/ops.h>
 #include <graphrun/session_registry.h>
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <regex>
+#include <thread>
 
 #include "tests/testing/op_harness.h"
 
@@ -149,6 +152,92 @@ TEST(SessionRegistryTest, MaxTensorBytesPerRequest) {
   EXPECT_THAT(
       registry.partial_run(created.handle, pr, {{"x", Tensor::filled(Shape{5}, 1.0f)}}, {"y"}, {}),
       StatusIs(StatusCode::kResourceExhausted, "request feeds 20 tensor bytes"));
+}
+
+TEST(SessionRegistryTest, MaxGraphNodesAtCreateAndExtend) {
+  SessionRegistry registry(ServiceLimits{.max_graph_nodes = 4});
+  auto created = registry.create(doubler());  // 3 nodes
+  ASSERT_THAT(created, IsOk());
+  Graph big;
+  for (int i = 0; i < 5; ++i) ops::Const(big, Tensor(1.0f), fmt::format("c{}", i));
+  EXPECT_THAT(registry.create(graph_to_graph_def(big).value()),
+              StatusIs(StatusCode::kResourceExhausted,
+                       "the graph has 5 nodes (limit max_graph_nodes = 4)"));
+  // One more node fits, two do not.
+  v1::GraphDef two = graph_to_graph_def(big).value();
+  two.mutable_node()->DeleteSubrange(2, 3);
+  EXPECT_THAT(registry.extend(created->handle, two, 0),
+              StatusIs(StatusCode::kResourceExhausted, "has 5 nodes (limit max_graph_nodes = 4)"));
+  two.mutable_node()->DeleteSubrange(1, 1);
+  EXPECT_THAT(registry.extend(created->handle, two, 0), IsOkAndHolds(1));
+}
+
+TEST(SessionRegistryTest, IdleSessionsAreClosedAndSayWhy) {
+  SessionRegistry registry(ServiceLimits{.session_idle_timeout = std::chrono::milliseconds(50)});
+  const std::string idle = registry.create(doubler()).value().handle;
+  const std::string busy = registry.create(doubler()).value().handle;
+  // A session in use (here: held through get(), as a call holds it) is
+  // never collected, however long the call.
+  std::shared_ptr<Session> in_use = registry.get(busy).value();
+  const auto start = std::chrono::steady_clock::now();
+  while (registry.size() == 2 &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(50));
+  ASSERT_EQ(registry.size(), 1u);
+  EXPECT_THAT(registry.run(idle, {{"x", Tensor(1.0f)}}, {"y"}, {}),
+              StatusIs(StatusCode::kNotFound,
+                       "it was closed after 50 ms without a call (limit session_idle_timeout)"));
+  EXPECT_THAT(registry.run(busy, {{"x", Tensor(1.0f)}}, {"y"}, {}),
+              IsOkAndHolds(ElementsAre(TensorEq(Tensor(2.0f)))));
+  in_use.reset();
+  EXPECT_EQ(registry.close_idle_sessions(), 0u);  // just used
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  // The sweeper or this call closes it; either way it is gone.
+  registry.close_idle_sessions();
+  EXPECT_EQ(registry.size(), 0u);
+}
+
+TEST(SessionRegistryTest, NoIdleTimeoutKeepsSessions) {
+  SessionRegistry registry;
+  const std::string handle = registry.create(doubler()).value().handle;
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(registry.close_idle_sessions(), 0u);
+  EXPECT_THAT(registry.get(handle), IsOk());
+}
+
+TEST(SessionRegistryTest, AbandonedPartialRunsAreCollected) {
+  SessionRegistry registry(
+      ServiceLimits{.partial_run_idle_timeout = std::chrono::milliseconds(30)});
+  const std::string handle = registry.create(doubler()).value().handle;
+  const std::string run = registry.partial_run_setup(handle, {"x"}, {"y"}, {}).value();
+  // Abandoned: no call ever comes. The session's idle timeout (the
+  // server's default) cancels it and the registry forgets it.
+  const auto start = std::chrono::steady_clock::now();
+  while (registry.list().at(0).open_partial_runs > 0 &&
+         std::chrono::steady_clock::now() - start < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_EQ(registry.list().at(0).open_partial_runs, 0);
+  EXPECT_THAT(registry.partial_run(handle, run, {{"x", Tensor(1.0f)}}, {"y"}, {}),
+              StatusIs(StatusCode::kNotFound, run));
+  // A session asking for a longer timeout is capped by the server's.
+  SessionOptions longer;
+  longer.partial_run_idle_timeout = std::chrono::hours(1);
+  const std::string capped = registry.create(doubler(), longer).value().handle;
+  ASSERT_THAT(registry.partial_run_setup(capped, {"x"}, {"y"}, {}), IsOk());
+  const auto open_runs = [&] {
+    int64_t n = 0;
+    for (const SessionInfo& info : registry.list()) n += info.open_partial_runs;
+    return n;
+  };
+  const auto again = std::chrono::steady_clock::now();
+  while (open_runs() > 0 && std::chrono::steady_clock::now() - again < std::chrono::seconds(10)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  EXPECT_LT(std::chrono::steady_clock::now() - again, std::chrono::seconds(10));
+  EXPECT_EQ(open_runs(), 0);
 }
 
 }  // namespace

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/testing/op_harness.h"
@@ -238,6 +239,74 @@ TEST_F(SessionServiceTest, CallDeadlineReachesTheStep) {
   const auto start = std::chrono::steady_clock::now();
   server_->shutdown(std::chrono::seconds(60));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+}
+
+TEST_F(SessionServiceTest, ClientCancelStopsTheStep) {
+  const std::string handle = create(slow_graph());
+  v1::RunRequest request;
+  request.set_session_handle(handle);
+  request.add_fetch("slow");
+  v1::RunResponse response;
+  grpc::ClientContext context;
+  std::thread canceller([&] {
+    // Long enough for the step to be running (the chain takes seconds).
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    context.TryCancel();
+  });
+  const grpc::Status status = stub_->Run(&context, request, &response);
+  canceller.join();
+  EXPECT_EQ(status.error_code(), grpc::StatusCode::CANCELLED);
+  // The server stopped the step: a shutdown that would let it run on for a
+  // minute returns at once (it does not without the cancellation).
+  const auto start = std::chrono::steady_clock::now();
+  server_->shutdown(std::chrono::seconds(60));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(2));
+}
+
+TEST_F(SessionServiceTest, ClientCancelEndsThePartialRun) {
+  Graph g = slow_graph();
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  ops::Identity(g, x, "x_out");
+  const std::string handle = create(g);
+  v1::PartialRunSetupRequest setup;
+  setup.set_session_handle(handle);
+  setup.add_feed("x");
+  setup.add_fetch("slow");
+  setup.add_fetch("x_out");
+  v1::PartialRunSetupResponse setup_response;
+  grpc::ClientContext setup_context;
+  ASSERT_TRUE(stub_->PartialRunSetup(&setup_context, setup, &setup_response).ok());
+
+  v1::PartialRunRequest request;
+  request.set_session_handle(handle);
+  request.set_partial_run_handle(setup_response.partial_run_handle());
+  request.add_fetch("slow");
+  v1::RunResponse response;
+  grpc::ClientContext context;
+  std::thread canceller([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    context.TryCancel();
+  });
+  EXPECT_EQ(stub_->PartialRun(&context, request, &response).error_code(),
+            grpc::StatusCode::CANCELLED);
+  canceller.join();
+  // The server cancelled the whole partial run and forgot it: the next
+  // call on it is NOT_FOUND (once the cancelled call has returned there).
+  v1::PartialRunRequest next;
+  next.set_session_handle(handle);
+  next.set_partial_run_handle(setup_response.partial_run_handle());
+  add_feed(next.mutable_feed(), "x", Tensor(1.0f));
+  next.add_fetch("x_out");
+  grpc::Status after;
+  const auto start = std::chrono::steady_clock::now();
+  do {
+    v1::RunResponse next_response;
+    grpc::ClientContext next_context;
+    after = stub_->PartialRun(&next_context, next, &next_response);
+  } while (after.error_code() == grpc::StatusCode::FAILED_PRECONDITION &&  // still in use
+           std::chrono::steady_clock::now() - start < std::chrono::seconds(10));
+  EXPECT_EQ(after.error_code(), grpc::StatusCode::NOT_FOUND) << after.error_message();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
 }
 
 TEST_F(SessionServiceTest, CloseThenRunIsNotFound) {

@@ -22,13 +22,16 @@
 #include <graphrun/v1/graph.pb.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -44,6 +47,15 @@ struct ServiceLimits {
   std::size_t max_partial_runs_per_session = 64;
   // Sum of the fed tensors' byte sizes in one request.
   int64_t max_tensor_bytes_per_request = int64_t{256} << 20;
+  // Nodes in one session's graph (at create and after each extend).
+  int64_t max_graph_nodes = 1'000'000;
+  // A session with no call in progress and none for this long is closed
+  // (a later call with its handle is NotFound saying so). 0: never.
+  std::chrono::milliseconds session_idle_timeout{0};
+  // A partial run with no call for this long is cancelled: the default for
+  // sessions whose SessionOptions set none, and a cap on those that do.
+  // 0: sessions keep their own setting.
+  std::chrono::milliseconds partial_run_idle_timeout{0};
 };
 
 // A fed tensor by name ("node" or "node:k").
@@ -62,8 +74,10 @@ struct SessionInfo {
 // Thread safety: thread-safe; every method may be called from any number of
 // threads (one per RPC) at once. Calls on one session run concurrently as
 // Session allows; close() cancels the calls in flight, and the session is
-// destroyed when the last of them returns. Destroying the registry closes
-// every session; no call may be in progress then.
+// destroyed when the last of them returns. With a session_idle_timeout, a
+// sweeper thread of the registry closes idle sessions. Destroying the
+// registry stops the sweeper and closes every session; no call may be in
+// progress then.
 class SessionRegistry {
  public:
   explicit SessionRegistry(ServiceLimits limits = {});
@@ -128,6 +142,10 @@ class SessionRegistry {
   Status close(std::string_view handle);
   // Closes every session (server shutdown).
   void close_all();
+  // Closes the sessions idle for longer than limits().session_idle_timeout
+  // (with no call in progress) and returns how many. The sweeper calls it
+  // periodically; tests may call it directly. No-op without the limit.
+  std::size_t close_idle_sessions();
 
   // The open sessions, ordered by handle.
   std::vector<SessionInfo> list() const;
@@ -141,10 +159,20 @@ class SessionRegistry {
   struct Entry;
   Result<std::shared_ptr<Entry>> find(std::string_view handle) const;
 
+  Status check_graph_nodes(int64_t nodes) const;
+  void sweep_until_stopped();
+
   const ServiceLimits limits_;
   mutable std::mutex mu_;
   // Guarded by mu_. Entries are shared with the calls using them.
   std::map<std::string, std::shared_ptr<Entry>, std::less<>> sessions_;
+  // Guarded by mu_. The handles the sweeper closed most recently, so that
+  // a late call learns why its session is gone (bounded, oldest dropped).
+  std::deque<std::string> expired_;
+  // The sweeper (only with a session_idle_timeout).
+  std::condition_variable sweeper_cv_;
+  bool stopping_ = false;  // guarded by mu_
+  std::thread sweeper_;
 };
 
 // "s-" or "pr-"-style ids: `prefix` + 32 lowercase hex digits of 128 random

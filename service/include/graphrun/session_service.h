@@ -6,9 +6,15 @@
 //   feed); fetches are returned in request order with tensor_to_proto;
 // * the call's gRPC deadline becomes RunOptions::timeout (the smaller of it
 //   and the request's timeout_ms), so a step past it is DEADLINE_EXCEEDED;
+// * a client's cancellation (or its deadline passing) stops the step at the
+//   next node boundary (RunOptions::stop_token): a partial run is then
+//   cancelled as a whole;
 // * a graphrun Status becomes a grpc::Status with the same code and its
 //   message capped at kMaxStatusMessageBytes (cap_status_message).
-// Steps run on the gRPC callback thread that received the call.
+// Run and PartialRun steps run on threads of the service's own (a handler
+// returns its reactor at once, so that gRPC can deliver a cancellation and
+// its callback threads never block); the other RPCs are short and run on
+// the gRPC callback thread.
 //
 // Most users want graphrun/server.h, which builds a configured server
 // around this service.
@@ -20,10 +26,15 @@
 #include <grpcpp/grpcpp.h>
 
 #include <cstddef>
+#include <memory>
 #include <string>
 #include <string_view>
 
 namespace graphrun {
+
+namespace service_internal {
+class CallExecutor;
+}  // namespace service_internal
 
 // Longest status message sent to a client. gRPC carries the message in
 // metadata; a client's default metadata limit turns a longer one into
@@ -44,10 +55,15 @@ grpc::Status to_grpc_status(const Status& status);
 // The service. Register it with a grpc::ServerBuilder (RegisterService).
 // Thread safety: thread-safe; gRPC calls its methods from many threads at
 // once. Borrows `registry`, which must outlive the server it is registered
-// with.
+// with. Destroy the service after the server (its destructor waits for the
+// steps still running).
 class SessionServiceImpl final : public v1::SessionService::CallbackService {
  public:
-  explicit SessionServiceImpl(SessionRegistry& registry) : registry_(registry) {}
+  // Steps of at most `max_step_threads` calls run at once; more queue.
+  explicit SessionServiceImpl(SessionRegistry& registry, std::size_t max_step_threads = 256);
+  ~SessionServiceImpl() override;
+  SessionServiceImpl(const SessionServiceImpl&) = delete;
+  SessionServiceImpl& operator=(const SessionServiceImpl&) = delete;
 
   grpc::ServerUnaryReactor* CreateSession(grpc::CallbackServerContext* context,
                                           const v1::CreateSessionRequest* request,
@@ -75,6 +91,7 @@ class SessionServiceImpl final : public v1::SessionService::CallbackService {
 
  private:
   SessionRegistry& registry_;  // not owned
+  std::unique_ptr<service_internal::CallExecutor> executor_;
 };
 
 }  // namespace graphrun
