@@ -1,6 +1,7 @@
 # Install rules and the package config: find_package(graphrun) then link
 # graphrun::graphrun (or graphrun::api / graphrun::ops / graphrun::scheduler),
-# and graphrun::graphdef (GraphDef import/export, needs protobuf) when it was
+# graphrun::graphdef (GraphDef import/export, needs protobuf) and
+# graphrun::service (the gRPC session service, needs gRPC) when they were
 # built.
 # Included by the top-level CMakeLists.txt when GRAPHRUN_INSTALL is ON.
 #
@@ -18,6 +19,9 @@ mark_as_advanced(GRAPHRUN_INSTALL_CMAKEDIR)
 set(GRAPHRUN_INSTALL_TARGETS graphrun graphrun_api graphrun_ops graphrun_scheduler)
 if(GRAPHRUN_GRAPHDEF)
   list(APPEND GRAPHRUN_INSTALL_TARGETS graphrun_proto graphrun_graphdef)
+endif()
+if(GRAPHRUN_SERVICE)
+  list(APPEND GRAPHRUN_INSTALL_TARGETS graphrun_service_proto graphrun_service)
 endif()
 install(TARGETS ${GRAPHRUN_INSTALL_TARGETS}
   EXPORT graphrunTargets
@@ -49,6 +53,21 @@ if(GRAPHRUN_GRAPHDEF)
   set(GRAPHRUN_FIND_PROTOBUF "find_dependency(Protobuf)")
 else()
   set(GRAPHRUN_FIND_PROTOBUF "")
+endif()
+
+if(GRAPHRUN_SERVICE)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/service/include/graphrun
+    DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+    COMPONENT graphrun_development
+    FILES_MATCHING PATTERN "*.h")
+  # <graphrun/v1/session_service.pb.h> and .grpc.pb.h.
+  install(DIRECTORY ${PROJECT_BINARY_DIR}/proto/gen-service/graphrun
+    DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+    COMPONENT graphrun_development
+    FILES_MATCHING PATTERN "*.pb.h")
+  set(GRAPHRUN_FIND_GRPC "find_dependency(gRPC CONFIG)")
+else()
+  set(GRAPHRUN_FIND_GRPC "")
 endif()
 
 install(EXPORT graphrunTargets

@@ -247,17 +247,17 @@ TEST(SessionTest, DeadlineExpiringWhileAKernelRunsFailsTheRunAfterThatKernel) {
   Output slow = ops::Call(
       g, {a}, {DType::kFloat32},
       [](std::span<const Tensor> in) -> Result<std::vector<Tensor>> {
-        std::this_thread::sleep_for(std::chrono::milliseconds(50));
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
         return std::vector<Tensor>{in[0]};
       },
       {}, "slow")[0];
   Output after = counted(g, slow, &second_ran, "after");
   auto s = make_session(g);
-  // Compile the signature first: on a slow (sanitized) build, compiling
-  // inside the 5 ms window could let the deadline pass before 'slow' ran.
+  // Compile the signature first, and leave 'slow' 100 ms to start: on a
+  // sanitized or loaded machine, a 5 ms window passed before it started.
   ASSERT_THAT(s->make_callable({}, {after}), IsOk());
   RunOptions opts;
-  opts.timeout = std::chrono::milliseconds(5);
+  opts.timeout = std::chrono::milliseconds(100);
   // The kernel does not poll: the run stops when it returns, naming it.
   EXPECT_THAT(s->run({}, {after}, {}, opts),
               StatusIs(StatusCode::kDeadlineExceeded, "expired while node 'slow'"));

@@ -5,6 +5,7 @@
 #   cmake -DBUILD_DIR=<graphrun build> -DWORK_DIR=<scratch>
 #         [-DGENERATOR=Ninja] [-DCXX_COMPILER=g++] [-DBUILD_TYPE=Release]
 #         [-DSANITIZER=|address|thread] [-DEXTRA_PREFIX_PATH=<dir;...>]
+#         [-DEXPECT=graphdef,service]  (parts the consumer must have used)
 #         -P tests/install/install_test.cmake
 #
 # Registered with ctest (label `install`) from tests/CMakeLists.txt.
@@ -98,3 +99,11 @@ endif()
 run_step("build the consumer" "${CMAKE_COMMAND}" --build "${consumer_build}")
 run_step("run the consumer" "${consumer_build}/consumer")
 message(STATUS "${step_output}")
+# The optional libraries the build has must be installed and usable.
+string(REPLACE "," ";" EXPECT "${EXPECT}")
+foreach(part IN LISTS EXPECT)
+  string(FIND "${step_output}" "${part} ok" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "install test: the consumer did not use graphrun::${part}")
+  endif()
+endforeach()

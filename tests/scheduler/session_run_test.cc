@@ -210,15 +210,15 @@ TEST_P(SessionRunTest, TracingRecordsEveryExecutedNode) {
 
 TEST_P(SessionRunTest, DeadlineSkipsTheNodesAfterASlowOne) {
   Output p = placeholder(g_, Shape{}, "p");
-  Output late = slow(g_, p, 30, "late");
+  Output late = slow(g_, p, 300, "late");
   Output x = sum2(g_, late, p, "x");
   Output y = sum2(g_, x, x, "y");
   auto s = make_session(g_);
-  // Compile the signature first: under TSan, compiling inside the 5 ms
-  // window let the deadline pass before 'late' even started.
+  // Compile the signature first, and leave 'late' 100 ms to start: under
+  // TSan or on a loaded machine, a 5 ms window passed before it started.
   ASSERT_THAT(s->make_callable({p}, {y}), IsOk());
   RunOptions opts;
-  opts.timeout = std::chrono::milliseconds(5);
+  opts.timeout = std::chrono::milliseconds(100);
   EXPECT_THAT(s->run({{p, Tensor(1.0f)}}, {y}, {}, opts),
               StatusIs(StatusCode::kDeadlineExceeded, "while node 'late' (Slow)"));
   EXPECT_EQ(counter_.count("x"), 0);

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # clang-format (the repo's .clang-format) over the C++ sources: every .h/.cc
-# git tracks (plus new, not-ignored ones), build/ excluded.
+# git tracks (plus new, not-ignored ones), build/ and build-*/ excluded.
 #
 #   tools/scripts/format.sh          reformat in place
 #   tools/scripts/format.sh --check  change nothing; exit 1 and show where
@@ -28,12 +28,12 @@ files=()
 if git rev-parse --is-inside-work-tree >/dev/null 2>&1; then
   while IFS= read -r -d '' f; do
     [[ -f "$f" ]] && files+=("$f")
-  done < <(git ls-files -z --cached --others --exclude-standard -- '*.h' '*.cc' ':!:build/**' |
+  done < <(git ls-files -z --cached --others --exclude-standard -- '*.h' '*.cc' ':!:build/**' ':!:build-*/**' |
     sort -zu)
 else
   while IFS= read -r -d '' f; do
     files+=("$f")
-  done < <(find . -path ./build -prune -o -path ./.git -prune -o \
+  done < <(find . -path './build*' -prune -o -path ./.git -prune -o \
     -type f \( -name '*.h' -o -name '*.cc' \) -print0 | sort -z)
 fi
 if ((${#files[@]} == 0)); then
