@@ -79,8 +79,8 @@ struct RemoteSessionOptions {
   // Channel credentials (e.g. grpc::SslCredentials(...)); null: insecure,
   // for loopback and unix sockets.
   std::shared_ptr<grpc::ChannelCredentials> credentials;
-  // An existing channel to use instead of making one from the target and
-  // credentials (several sessions may share one).
+  // An existing channel to use instead of making one from the target,
+  // credentials and max_message_bytes (several sessions may share one).
   std::shared_ptr<grpc::Channel> channel;
   // Sent as "authorization: Bearer <token>" metadata on every call when not
   // empty (graphrun-server's --token-file).
