@@ -105,6 +105,19 @@ ROWS = [
     ("AssignAdd", "Session@8", "Session@1", "slowdown", None, "updates/s: 1 thread / 8 threads"),
     ("AssignAdd", "SessionUnlocked@8", "Session@8", "slowdown", None,
      "use_locking=false vs locked, 8 threads"),
+    # Remote sessions (bench/service_bench.cc): server and client in one process.
+    ("RemoteSmall", "RemoteSession", "Session", "slowdown", None,
+     "RemoteSession::run over loopback vs in-process Session::run, 10 nodes"),
+    ("RemoteSmall", "RemoteSession", "Stub", "slowdown", None,
+     "RemoteSession vs the generated stub, same request"),
+    ("RemoteSmall", "Stub", "EmptyRpc", "slowdown", None,
+     "a Run RPC vs an almost empty unary RPC"),
+    ("RemoteThroughput", "RemoteSession@8", "Session@8", "slowdown", None,
+     "runs/s, 8 client threads: remote vs in-process"),
+    ("RemoteThroughput", "RemoteSession@8", "RemoteSession@1", "speedup", None,
+     "remote runs/s, 8 client threads vs 1"),
+    ("RemoteThroughput", "Session@8", "Session@1", "speedup", None,
+     "in-process runs/s, 8 client threads vs 1"),
 ]
 
 # Cases whose per-node time is worth printing.
