@@ -44,6 +44,13 @@ struct ServiceLimits {
   std::size_t max_partial_runs_per_session = 64;
   // Sum of the fed tensors' byte sizes in one request.
   int64_t max_tensor_bytes_per_request = int64_t{256} << 20;
+  // Nodes in one session's graph (after every extend).
+  int64_t max_graph_nodes = 1'000'000;
+  // A session without a call for this long is closed; 0: never.
+  std::chrono::milliseconds session_idle_timeout{0};
+  // The partial-run idle timeout of sessions whose SessionConfig sets none;
+  // 0: none.
+  std::chrono::milliseconds partial_run_idle_timeout{0};
 };
 
 // A fed tensor by name ("node" or "node:k").
