@@ -1,24 +1,226 @@
+#include <arpa/inet.h>
 #include <graphrun/server.h>
 #include <graphrun/session_service.h>
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/support/server_interceptor.h>
 
 #include <condition_variable>
+#include <cstddef>
 #include <mutex>
 #include <string_view>
 #include <thread>
+#include <utility>
+#include <vector>
+
+#include "service/src/server_metrics.h"
 
 namespace graphrun {
+namespace {
+
+using service_internal::MetricsHttpServer;
+using service_internal::ServerMetrics;
+
+// Equal strings, in a time that depends on `expected`'s length only (not on
+// where `given` first differs).
+bool constant_time_equal(std::string_view given, std::string_view expected) {
+  unsigned char diff = given.size() == expected.size() ? 0 : 1;
+  for (std::size_t i = 0; i < expected.size(); ++i) {
+    const char g = i < given.size() ? given[i] : '\0';
+    diff |= static_cast<unsigned char>(g ^ expected[i]);
+  }
+  return diff == 0;
+}
+
+bool ascii_iequal(std::string_view a, std::string_view b) {
+  if (a.size() != b.size()) return false;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    const auto lower = [](char c) { return c >= 'A' && c <= 'Z' ? char(c - 'A' + 'a') : c; };
+    if (lower(a[i]) != lower(b[i])) return false;
+  }
+  return true;
+}
+
+// The SessionService behind a bearer-token check: each method checks the
+// call's "authorization" metadata and either answers UNAUTHENTICATED or
+// hands the call to the real service. Works on every listener (insecure,
+// TLS, unix), unlike an AuthMetadataProcessor, which needs secure
+// credentials.
+// Thread safety: thread-safe (the token is immutable). Borrows `inner`.
+class AuthenticatingService final : public v1::SessionService::CallbackService {
+ public:
+  AuthenticatingService(SessionServiceImpl& inner, std::string token)
+      : inner_(inner), token_(std::move(token)) {}
+
+#define GRAPHRUN_AUTHENTICATED(Method, Request, Response)                                         \
+  grpc::ServerUnaryReactor* Method(grpc::CallbackServerContext* context,                          \
+                                   const v1::Request* request, v1::Response* response) override { \
+    grpc::Status status = check(*context);                                                        \
+    if (!status.ok()) {                                                                           \
+      grpc::ServerUnaryReactor* reactor = context->DefaultReactor();                              \
+      reactor->Finish(status);                                                                    \
+      return reactor;                                                                             \
+    }                                                                                             \
+    return inner_.Method(context, request, response);                                             \
+  }
+  GRAPHRUN_AUTHENTICATED(CreateSession, CreateSessionRequest, CreateSessionResponse)
+  GRAPHRUN_AUTHENTICATED(ExtendSession, ExtendSessionRequest, ExtendSessionResponse)
+  GRAPHRUN_AUTHENTICATED(Run, RunRequest, RunResponse)
+  GRAPHRUN_AUTHENTICATED(PartialRunSetup, PartialRunSetupRequest, PartialRunSetupResponse)
+  GRAPHRUN_AUTHENTICATED(PartialRun, PartialRunRequest, RunResponse)
+  GRAPHRUN_AUTHENTICATED(CancelPartialRun, CancelPartialRunRequest, CancelPartialRunResponse)
+  GRAPHRUN_AUTHENTICATED(CloseSession, CloseSessionRequest, CloseSessionResponse)
+  GRAPHRUN_AUTHENTICATED(ListSessions, ListSessionsRequest, ListSessionsResponse)
+#undef GRAPHRUN_AUTHENTICATED
+
+ private:
+  grpc::Status check(const grpc::CallbackServerContext& context) const {
+    const auto& metadata = context.client_metadata();
+    const auto found = metadata.find("authorization");
+    if (found == metadata.end()) {
+      return {grpc::StatusCode::UNAUTHENTICATED,
+              "missing bearer token: this server wants the metadata 'authorization: Bearer "
+              "<token>'"};
+    }
+    const std::string_view value(found->second.data(), found->second.size());
+    constexpr std::string_view kScheme = "bearer ";
+    if (value.size() < kScheme.size() || !ascii_iequal(value.substr(0, kScheme.size()), kScheme)) {
+      return {grpc::StatusCode::UNAUTHENTICATED,
+              "malformed authorization metadata: expected 'Bearer <token>'"};
+    }
+    if (!constant_time_equal(value.substr(kScheme.size()), token_)) {
+      return {grpc::StatusCode::UNAUTHENTICATED, "wrong bearer token"};
+    }
+    return grpc::Status::OK;
+  }
+
+  SessionServiceImpl& inner_;  // not owned
+  const std::string token_;
+};
+
+// Counts every call into ServerMetrics: in flight from its arrival, then by
+// status code when the status is sent.
+class MetricsInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  MetricsInterceptor(ServerMetrics& metrics, std::string rpc)
+      : metrics_(metrics), rpc_(std::move(rpc)), start_(std::chrono::steady_clock::now()) {
+    metrics_.call_started(rpc_);
+  }
+  ~MetricsInterceptor() override {
+    if (!finished_) metrics_.call_abandoned(rpc_);
+  }
+
+  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (!finished_ && methods->QueryInterceptionHookPoint(
+                          grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      finished_ = true;
+      metrics_.call_finished(rpc_, static_cast<int>(methods->GetSendStatus().error_code()),
+                             std::chrono::steady_clock::now() - start_);
+    }
+    methods->Proceed();
+  }
+
+ private:
+  ServerMetrics& metrics_;
+  const std::string rpc_;
+  const std::chrono::steady_clock::time_point start_;
+  bool finished_ = false;  // the hooks of one call never run concurrently
+};
+
+class MetricsInterceptorFactory final
+    : public grpc::experimental::ServerInterceptorFactoryInterface {
+ public:
+  explicit MetricsInterceptorFactory(ServerMetrics& metrics) : metrics_(metrics) {}
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
+    std::string_view method = info->method() == nullptr ? "" : info->method();
+    if (method.empty()) return nullptr;
+    if (method.front() == '/') method.remove_prefix(1);
+    return new MetricsInterceptor(metrics_, std::string(method));
+  }
+
+ private:
+  ServerMetrics& metrics_;
+};
+
+bool is_unix_address(std::string_view address) {
+  return address.starts_with("unix:") || address.starts_with("unix-abstract:");
+}
+
+// The host of a gRPC listening address ("host:port", "[v6]:port", with an
+// optional "ipv4:"/"ipv6:" scheme).
+std::string_view host_of(std::string_view address) {
+  for (std::string_view scheme : {"ipv4:", "ipv6:"}) {
+    if (address.starts_with(scheme)) address.remove_prefix(scheme.size());
+  }
+  const std::size_t colon = address.rfind(':');
+  return colon == std::string_view::npos ? address : address.substr(0, colon);
+}
+
+Status check_options(const ServerOptions& options) {
+  if (options.max_message_bytes <= 0) {
+    return invalid_argument("max_message_bytes must be positive, got {}",
+                            options.max_message_bytes);
+  }
+  if (options.tls_cert_pem.empty() != options.tls_key_pem.empty()) {
+    return invalid_argument("TLS needs both a certificate and a private key; got only the {}",
+                            options.tls_cert_pem.empty() ? "key" : "certificate");
+  }
+  if (!options.auth_token.empty()) {
+    for (const char c : options.auth_token) {
+      if (c < 0x21 || c > 0x7e) {
+        return invalid_argument(
+            "the bearer token may hold visible ASCII characters only (no spaces or control "
+            "characters)");
+      }
+    }
+    const bool tls = !options.tls_cert_pem.empty();
+    if (!tls && !is_unix_address(options.address) && !is_loopback_host(host_of(options.address))) {
+      return invalid_argument(
+          "a bearer token without TLS is only allowed on a unix socket or a loopback address: "
+          "on '{}' clients would send it in the clear over the network (add a TLS certificate "
+          "and key, or listen on 127.0.0.1 or unix:PATH)",
+          options.address);
+    }
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+bool is_loopback_host(std::string_view host) {
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') {
+    host = host.substr(1, host.size() - 2);
+  }
+  if (host == "localhost") return true;
+  const std::string text(host);
+  in_addr v4{};
+  if (inet_pton(AF_INET, text.c_str(), &v4) == 1) {
+    return (ntohl(v4.s_addr) >> 24) == 127;
+  }
+  in6_addr v6{};
+  if (inet_pton(AF_INET6, text.c_str(), &v6) == 1) {
+    if (IN6_IS_ADDR_LOOPBACK(&v6)) return true;
+    if (IN6_IS_ADDR_V4MAPPED(&v6)) return v6.s6_addr[12] == 127;  // ::ffff:127.x.x.x
+  }
+  return false;
+}
 
 struct Server::Impl {
   explicit Impl(const ServiceLimits& limits) : registry(limits), service(registry) {}
 
+  // Declaration order is destruction order reversed: the HTTP endpoint and
+  // the gRPC server (whose interceptors hold `metrics`) go first.
   SessionRegistry registry;
-  SessionServiceImpl service;  // borrows registry
+  SessionServiceImpl service;                             // borrows registry
+  std::unique_ptr<AuthenticatingService> authenticating;  // borrows service
+  ServerMetrics metrics;
   std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<MetricsHttpServer> metrics_http;  // renders metrics and registry
   int port = 0;
   std::string address;
+  std::string metrics_address;
   std::once_flag shutdown_once;
 };
 
@@ -27,23 +229,48 @@ Server::Server(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Server::~Server() { shutdown(); }
 
 Result<std::unique_ptr<Server>> Server::start(ServerOptions options) {
-  if (options.max_message_bytes <= 0) {
-    return invalid_argument("max_message_bytes must be positive, got {}",
-                            options.max_message_bytes);
-  }
+  GRAPHRUN_RETURN_IF_ERROR(check_options(options));
   auto impl = std::make_unique<Impl>(options.limits);
+  if (!options.metrics_address.empty()) {
+    Impl* raw = impl.get();
+    GRAPHRUN_ASSIGN_OR_RETURN(impl->metrics_http,
+                              MetricsHttpServer::start(options.metrics_address, [raw] {
+                                return raw->metrics.render(raw->registry);
+                              }));
+    impl->metrics_address = impl->metrics_http->address();
+  }
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
-  builder.AddListeningPort(options.address, grpc::InsecureServerCredentials(), &impl->port);
-  builder.RegisterService(&impl->service);
+  std::shared_ptr<grpc::ServerCredentials> credentials;
+  const bool tls = !options.tls_cert_pem.empty();
+  if (tls) {
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({options.tls_key_pem, options.tls_cert_pem});
+    credentials = grpc::SslServerCredentials(ssl);
+  } else {
+    credentials = grpc::InsecureServerCredentials();
+  }
+  builder.AddListeningPort(options.address, credentials, &impl->port);
+  if (options.auth_token.empty()) {
+    builder.RegisterService(&impl->service);
+  } else {
+    impl->authenticating =
+        std::make_unique<AuthenticatingService>(impl->service, std::move(options.auth_token));
+    builder.RegisterService(impl->authenticating.get());
+  }
+  std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+  interceptors.push_back(std::make_unique<MetricsInterceptorFactory>(impl->metrics));
+  builder.experimental().SetInterceptorCreators(std::move(interceptors));
   impl->server = builder.BuildAndStart();
-  const bool is_unix = std::string_view(options.address).starts_with("unix:");
+  const bool is_unix = is_unix_address(options.address);
   if (impl->server == nullptr || (!is_unix && impl->port == 0)) {
-    return unavailable("cannot listen on '{}'", options.address);
+    if (impl->server != nullptr) impl->server->Shutdown();
+    return unavailable("cannot listen on '{}'{}", options.address,
+                       tls ? " (or the TLS certificate and key are not a valid PEM pair)" : "");
   }
   if (is_unix) {
     impl->address = options.address;
@@ -56,7 +283,10 @@ Result<std::unique_ptr<Server>> Server::start(ServerOptions options) {
 
 int Server::port() const { return impl_->port; }
 const std::string& Server::address() const { return impl_->address; }
+const std::string& Server::metrics_address() const { return impl_->metrics_address; }
 SessionRegistry& Server::registry() { return impl_->registry; }
+
+std::string Server::metrics_text() const { return impl_->metrics.render(impl_->registry); }
 
 void Server::shutdown(std::chrono::milliseconds grace) {
   std::call_once(impl_->shutdown_once, [&] {
@@ -83,6 +313,7 @@ void Server::shutdown(std::chrono::milliseconds grace) {
     closer.join();
     impl_->registry.close_all();
     impl_->server->Wait();
+    if (impl_->metrics_http) impl_->metrics_http->stop();
   });
 }
 
