@@ -6,11 +6,10 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/support/server_interceptor.h>
 
-#include <condition_variable>
+#include <atomic>
 #include <cstddef>
 #include <mutex>
 #include <string_view>
-#include <thread>
 #include <utility>
 #include <vector>
 
@@ -42,18 +41,25 @@ bool ascii_iequal(std::string_view a, std::string_view b) {
   return true;
 }
 
-// The SessionService behind a bearer-token check: each method checks the
-// call's "authorization" metadata and either answers UNAUTHENTICATED or
-// hands the call to the real service. Works on every listener (insecure,
-// TLS, unix), unlike an AuthMetadataProcessor, which needs secure
-// credentials.
-// Thread safety: thread-safe (the token is immutable). Borrows `inner`.
-class AuthenticatingService final : public v1::SessionService::CallbackService {
+// The SessionService every server registers: the real service behind two
+// checks. While the server drains (shutdown() has begun) a new call is
+// UNAVAILABLE; with a bearer token, a call without the right one is
+// UNAUTHENTICATED (missing and wrong told apart, the token never echoed).
+// Otherwise the call goes to the real service. A check at the top of each
+// method works on every listener (insecure, TLS, unix), unlike an
+// AuthMetadataProcessor, which needs secure credentials.
+// Thread safety: thread-safe. Borrows `inner`.
+class GuardedService final : public v1::SessionService::CallbackService {
  public:
-  AuthenticatingService(SessionServiceImpl& inner, std::string token)
+  GuardedService(SessionServiceImpl& inner, std::string token)
       : inner_(inner), token_(std::move(token)) {}
 
-#define GRAPHRUN_AUTHENTICATED(Method, Request, Response)                                         \
+  // New calls are refused from now on.
+  void start_draining() {
+    draining_.store(true, std::memory_order_release);  // pairs with check()'s acquire
+  }
+
+#define GRAPHRUN_GUARDED(Method, Request, Response)                                               \
   grpc::ServerUnaryReactor* Method(grpc::CallbackServerContext* context,                          \
                                    const v1::Request* request, v1::Response* response) override { \
     grpc::Status status = check(*context);                                                        \
@@ -64,18 +70,22 @@ class AuthenticatingService final : public v1::SessionService::CallbackService {
     }                                                                                             \
     return inner_.Method(context, request, response);                                             \
   }
-  GRAPHRUN_AUTHENTICATED(CreateSession, CreateSessionRequest, CreateSessionResponse)
-  GRAPHRUN_AUTHENTICATED(ExtendSession, ExtendSessionRequest, ExtendSessionResponse)
-  GRAPHRUN_AUTHENTICATED(Run, RunRequest, RunResponse)
-  GRAPHRUN_AUTHENTICATED(PartialRunSetup, PartialRunSetupRequest, PartialRunSetupResponse)
-  GRAPHRUN_AUTHENTICATED(PartialRun, PartialRunRequest, RunResponse)
-  GRAPHRUN_AUTHENTICATED(CancelPartialRun, CancelPartialRunRequest, CancelPartialRunResponse)
-  GRAPHRUN_AUTHENTICATED(CloseSession, CloseSessionRequest, CloseSessionResponse)
-  GRAPHRUN_AUTHENTICATED(ListSessions, ListSessionsRequest, ListSessionsResponse)
-#undef GRAPHRUN_AUTHENTICATED
+  GRAPHRUN_GUARDED(CreateSession, CreateSessionRequest, CreateSessionResponse)
+  GRAPHRUN_GUARDED(ExtendSession, ExtendSessionRequest, ExtendSessionResponse)
+  GRAPHRUN_GUARDED(Run, RunRequest, RunResponse)
+  GRAPHRUN_GUARDED(PartialRunSetup, PartialRunSetupRequest, PartialRunSetupResponse)
+  GRAPHRUN_GUARDED(PartialRun, PartialRunRequest, RunResponse)
+  GRAPHRUN_GUARDED(CancelPartialRun, CancelPartialRunRequest, CancelPartialRunResponse)
+  GRAPHRUN_GUARDED(CloseSession, CloseSessionRequest, CloseSessionResponse)
+  GRAPHRUN_GUARDED(ListSessions, ListSessionsRequest, ListSessionsResponse)
+#undef GRAPHRUN_GUARDED
 
  private:
   grpc::Status check(const grpc::CallbackServerContext& context) const {
+    if (draining_.load(std::memory_order_acquire)) {  // pairs with start_draining()
+      return {grpc::StatusCode::UNAVAILABLE, "the server is shutting down"};
+    }
+    if (token_.empty()) return grpc::Status::OK;
     const auto& metadata = context.client_metadata();
     const auto found = metadata.find("authorization");
     if (found == metadata.end()) {
@@ -96,26 +106,25 @@ class AuthenticatingService final : public v1::SessionService::CallbackService {
   }
 
   SessionServiceImpl& inner_;  // not owned
-  const std::string token_;
+  const std::string token_;    // empty: no authentication
+  std::atomic<bool> draining_{false};
 };
 
-// Counts every call into ServerMetrics: in flight from its arrival, then by
-// status code when the status is sent.
+// Counts every call into ServerMetrics: in flight from its arrival until
+// gRPC destroys the interceptor (the call is over, its status sent), and
+// by status code when the status is about to be sent.
 class MetricsInterceptor final : public grpc::experimental::Interceptor {
  public:
   MetricsInterceptor(ServerMetrics& metrics, std::string rpc)
       : metrics_(metrics), rpc_(std::move(rpc)), start_(std::chrono::steady_clock::now()) {
     metrics_.call_started(rpc_);
   }
-  ~MetricsInterceptor() override {
-    if (!finished_) metrics_.call_abandoned(rpc_);
-  }
+  ~MetricsInterceptor() override { metrics_.call_ended(rpc_); }
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
-    if (!finished_ && methods->QueryInterceptionHookPoint(
-                          grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
-      finished_ = true;
-      metrics_.call_finished(rpc_, static_cast<int>(methods->GetSendStatus().error_code()),
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+      metrics_.call_answered(rpc_, static_cast<int>(methods->GetSendStatus().error_code()),
                              std::chrono::steady_clock::now() - start_);
     }
     methods->Proceed();
@@ -125,7 +134,6 @@ class MetricsInterceptor final : public grpc::experimental::Interceptor {
   ServerMetrics& metrics_;
   const std::string rpc_;
   const std::chrono::steady_clock::time_point start_;
-  bool finished_ = false;  // the hooks of one call never run concurrently
 };
 
 class MetricsInterceptorFactory final
@@ -143,6 +151,10 @@ class MetricsInterceptorFactory final
  private:
   ServerMetrics& metrics_;
 };
+
+// After the grace period and the sessions' closing, how long the cancelled
+// calls get to answer before gRPC cancels them itself.
+constexpr std::chrono::seconds kCancelWait(5);
 
 bool is_unix_address(std::string_view address) {
   return address.starts_with("unix:") || address.starts_with("unix-abstract:");
@@ -213,8 +225,8 @@ struct Server::Impl {
   // Declaration order is destruction order reversed: the HTTP endpoint and
   // the gRPC server (whose interceptors hold `metrics`) go first.
   SessionRegistry registry;
-  SessionServiceImpl service;                             // borrows registry
-  std::unique_ptr<AuthenticatingService> authenticating;  // borrows service
+  SessionServiceImpl service;               // borrows registry
+  std::unique_ptr<GuardedService> guarded;  // borrows service; the one registered
   ServerMetrics metrics;
   std::unique_ptr<grpc::Server> server;
   std::unique_ptr<MetricsHttpServer> metrics_http;  // renders metrics and registry
@@ -255,13 +267,8 @@ Result<std::unique_ptr<Server>> Server::start(ServerOptions options) {
     credentials = grpc::InsecureServerCredentials();
   }
   builder.AddListeningPort(options.address, credentials, &impl->port);
-  if (options.auth_token.empty()) {
-    builder.RegisterService(&impl->service);
-  } else {
-    impl->authenticating =
-        std::make_unique<AuthenticatingService>(impl->service, std::move(options.auth_token));
-    builder.RegisterService(impl->authenticating.get());
-  }
+  impl->guarded = std::make_unique<GuardedService>(impl->service, std::move(options.auth_token));
+  builder.RegisterService(impl->guarded.get());
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(std::make_unique<MetricsInterceptorFactory>(impl->metrics));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
@@ -274,6 +281,7 @@ Result<std::unique_ptr<Server>> Server::start(ServerOptions options) {
   }
   if (is_unix) {
     impl->address = options.address;
+    impl->port = 0;  // gRPC reports 1 for a unix socket
   } else {
     const std::size_t colon = options.address.rfind(':');
     impl->address = options.address.substr(0, colon) + ":" + std::to_string(impl->port);
@@ -290,27 +298,27 @@ std::string Server::metrics_text() const { return impl_->metrics.render(impl_->r
 
 void Server::shutdown(std::chrono::milliseconds grace) {
   std::call_once(impl_->shutdown_once, [&] {
+    constexpr std::string_view kSessionService = "graphrun.v1.SessionService/";
+    const auto deadline = std::chrono::steady_clock::now() + grace;
+    // Drain: new SessionService calls are UNAVAILABLE and health answers
+    // NOT_SERVING, while the listener and connections stay up, so that
+    // probes and watchers see NOT_SERVING during the grace period.
+    impl_->guarded->start_draining();
     if (grpc::HealthCheckServiceInterface* health = impl_->server->GetHealthCheckService()) {
-      health->Shutdown();  // NOT_SERVING from now on
+      health->Shutdown();
     }
-    // Shutdown waits for the handlers in flight, and a handler runs its step
-    // on the callback thread: past the grace period, closing every session
-    // cancels those steps so that Shutdown can return.
-    const auto deadline = std::chrono::system_clock::now() + grace;
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
-    std::thread closer([&] {
-      std::unique_lock lock(mu);
-      if (!cv.wait_until(lock, deadline, [&] { return done; })) impl_->registry.close_all();
-    });
-    impl_->server->Shutdown(deadline);
-    {
-      const std::lock_guard lock(mu);
-      done = true;
+    // Calls in flight get the grace period; past it, closing every session
+    // makes their steps return Cancelled, which the calls answer.
+    if (!impl_->metrics.wait_until_idle(kSessionService, deadline)) {
+      impl_->registry.close_all();
+      impl_->metrics.wait_until_idle(kSessionService,
+                                     std::chrono::steady_clock::now() + kCancelWait);
     }
-    cv.notify_one();
-    closer.join();
+    // No SessionService call is left (or one ignores cancellation): stop
+    // gRPC at once. Shutdown cancels what remains (health watches,
+    // reflection streams), drops idle connections (an idle client may not
+    // read a GOAWAY for seconds), and waits for every handler to return.
+    impl_->server->Shutdown(std::chrono::system_clock::now());
     impl_->registry.close_all();
     impl_->server->Wait();
     if (impl_->metrics_http) impl_->metrics_http->stop();

@@ -67,17 +67,32 @@ void ServerMetrics::call_started(std::string_view rpc) {
   ++it->second;
 }
 
-void ServerMetrics::call_abandoned(std::string_view rpc) {
-  const std::lock_guard lock(mu_);
-  auto it = in_flight_.find(rpc);
-  if (it != in_flight_.end()) --it->second;
+void ServerMetrics::call_ended(std::string_view rpc) {
+  {
+    const std::lock_guard lock(mu_);
+    auto it = in_flight_.find(rpc);
+    if (it != in_flight_.end()) --it->second;
+  }
+  ended_.notify_all();
 }
 
-void ServerMetrics::call_finished(std::string_view rpc, int code,
+int64_t ServerMetrics::in_flight_locked(std::string_view prefix) const {
+  int64_t total = 0;
+  for (const auto& [rpc, count] : in_flight_) {
+    if (rpc.starts_with(prefix)) total += count;
+  }
+  return total;
+}
+
+bool ServerMetrics::wait_until_idle(std::string_view prefix,
+                                    std::chrono::steady_clock::time_point deadline) const {
+  std::unique_lock lock(mu_);
+  return ended_.wait_until(lock, deadline, [&] { return in_flight_locked(prefix) == 0; });
+}
+
+void ServerMetrics::call_answered(std::string_view rpc, int code,
                                   std::chrono::nanoseconds latency) {
   const std::lock_guard lock(mu_);
-  auto in_flight = in_flight_.find(rpc);
-  if (in_flight != in_flight_.end()) --in_flight->second;
   const auto key = std::make_pair(std::string(rpc), code);
   ++requests_[key];
   if (!is_step_rpc(rpc)) return;
@@ -107,7 +122,7 @@ std::string ServerMetrics::render(const SessionRegistry& registry) const {
                    "graphrun_rpc_requests_total{{rpc=\"{}\",code=\"{}\"}} {}\n", label(key.first),
                    status_code_name(key.second), count);
   }
-  append("# HELP graphrun_rpcs_in_flight gRPC calls received and not answered yet.\n");
+  append("# HELP graphrun_rpcs_in_flight gRPC calls received and not over yet.\n");
   append("# TYPE graphrun_rpcs_in_flight gauge\n");
   for (const auto& [rpc, count] : in_flight_) {
     fmt::format_to(std::back_inserter(out), "graphrun_rpcs_in_flight{{rpc=\"{}\"}} {}\n",

@@ -7,6 +7,7 @@
 
 #include <array>
 #include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -31,14 +32,20 @@ class ServerMetrics {
   static constexpr std::array<double, 15> kLatencyBuckets = {
       0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60};
 
-  // A call arrived (in flight until finished or abandoned).
+  // A call arrived: in flight until call_ended().
   void call_started(std::string_view rpc);
-  // The call's status is being sent: counts it by code and, for Run and
-  // PartialRun, its latency since it arrived.
-  void call_finished(std::string_view rpc, int code, std::chrono::nanoseconds latency);
-  // The call ended without a status from the server (for instance
-  // refused during shutdown): no longer in flight, not counted.
-  void call_abandoned(std::string_view rpc);
+  // The call's status is about to be sent: counts it by code and, for Run
+  // and PartialRun, its latency since it arrived. (Before the client can
+  // see the status, so a client that got its answer sees it counted.)
+  void call_answered(std::string_view rpc, int code, std::chrono::nanoseconds latency);
+  // The call is over: its status was sent (or it ended without one, for
+  // instance refused during shutdown). No longer in flight.
+  void call_ended(std::string_view rpc);
+
+  // Waits until no call whose rpc starts with `prefix` is in flight, or
+  // until `deadline`; true when none is.
+  bool wait_until_idle(std::string_view prefix,
+                       std::chrono::steady_clock::time_point deadline) const;
 
   // The exposition: the counters above, plus the registry's open sessions
   // and partial runs as gauges.
@@ -50,7 +57,10 @@ class ServerMetrics {
     uint64_t count = 0;
     double sum_seconds = 0;
   };
+  int64_t in_flight_locked(std::string_view prefix) const;
+
   mutable std::mutex mu_;
+  mutable std::condition_variable ended_;  // a call ended
   // Guarded by mu_.
   std::map<std::pair<std::string, int>, uint64_t, std::less<>> requests_;
   std::map<std::string, int64_t, std::less<>> in_flight_;

@@ -80,9 +80,14 @@ class Server {
   // answers), also when the HTTP endpoint is off.
   std::string metrics_text() const;
 
-  // Health NOT_SERVING, stops accepting calls, lets calls in flight finish
-  // until `grace` has passed, then cancels them, closes every session and
-  // stops the metrics endpoint. Idempotent.
+  // Graceful shutdown. At once: health answers NOT_SERVING (Check and
+  // Watch) and new SessionService calls fail with UNAVAILABLE ("the server
+  // is shutting down"); the listener stays open so probes can see it. Calls
+  // in flight may finish until `grace` has passed; then every session is
+  // closed, so their steps stop and the calls answer CANCELLED (within 5 s).
+  // Then gRPC stops (remaining streams are cancelled, connections dropped),
+  // every session is closed and the metrics endpoint stops. Returns as soon
+  // as no call is left, without waiting out the grace period. Idempotent.
   void shutdown(std::chrono::milliseconds grace = std::chrono::milliseconds(0));
 
   struct Impl;
