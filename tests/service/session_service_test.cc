@@ -5,8 +5,6 @@
 #include <graphrun/server.h>
 #include <graphrun/session_service.h>
 #include <grpcpp/grpcpp.h>
-#include <grpcpp/impl/codegen/client_unary_call.h>
-#include <grpcpp/impl/codegen/rpc_method.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -363,64 +361,6 @@ TEST(CapStatusMessageTest, KeepsTheHeadAndCountsTheCut) {
   const std::size_t accent_head = cut.find("...");
   EXPECT_EQ(accent_head % 2, 0u);
   EXPECT_LE(cut.size(), 41u);
-}
-
-// grpc.health.v1.Health/Check with the empty service name, as raw bytes
-// (Debian ships no generated health stubs for C++): the response
-// HealthCheckResponse{status: SERVING} is the two bytes 08 01.
-grpc::Status health_check(grpc::Channel& channel, std::string* response_bytes) {
-  const grpc::internal::RpcMethod method("/grpc.health.v1.Health/Check",
-                                         grpc::internal::RpcMethod::NORMAL_RPC);
-  grpc::ClientContext context;
-  const grpc::Slice empty;  // HealthCheckRequest{service: ""}: no bytes
-  const grpc::ByteBuffer request(&empty, 1);
-  grpc::ByteBuffer response;
-  const grpc::Status status = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
-      &channel, method, &context, request, &response);
-  std::vector<grpc::Slice> slices;
-  response_bytes->clear();
-  if (status.ok() && response.Dump(&slices).ok()) {
-    for (const grpc::Slice& slice : slices) {
-      response_bytes->append(reinterpret_cast<const char*>(slice.begin()), slice.size());
-    }
-  }
-  return status;
-}
-
-TEST(ServerTest, HealthReusePortAndShutdown) {
-  auto server = Server::start().value();
-  EXPECT_EQ(server->address(), "127.0.0.1:" + std::to_string(server->port()));
-  EXPECT_TRUE(server->registry().list().empty());
-  auto channel = grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials());
-  std::string health;
-  const grpc::Status status = health_check(*channel, &health);
-  ASSERT_TRUE(status.ok()) << status.error_message();
-  EXPECT_EQ(health, std::string("\x08\x01", 2));  // SERVING
-  // Two servers never share a port (GRPC_ARG_ALLOW_REUSEPORT is off).
-  ServerOptions same;
-  same.address = server->address();
-  EXPECT_THAT(Server::start(same).status(),
-              ::graphrun::testing::StatusIs(StatusCode::kUnavailable, server->address()));
-  server->shutdown(std::chrono::milliseconds(100));
-  server->shutdown();  // idempotent
-  EXPECT_FALSE(health_check(*channel, &health).ok());
-}
-
-TEST(ServerTest, RequestOverTheMessageLimitIsResourceExhausted) {
-  ServerOptions options;
-  options.max_message_bytes = 1024;
-  auto server = Server::start(options).value();
-  auto stub = v1::SessionService::NewStub(
-      grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials()));
-  v1::RunRequest request;
-  request.set_session_handle("s-any");
-  v1::NamedTensorProto* feed = request.add_feed();
-  feed->set_name("x");
-  *feed->mutable_tensor() = tensor_to_proto(Tensor::filled(Shape{512}, 1.0f));  // 2 KiB
-  v1::RunResponse response;
-  grpc::ClientContext context;
-  const grpc::Status status = stub->Run(&context, request, &response);
-  EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED) << status.error_message();
 }
 
 }  // namespace

@@ -8,7 +8,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libtbb-dev libeigen3-dev libfmt-dev
   libprotobuf-dev protobuf-compiler
-  libgrpc++-dev protobuf-compiler-grpc
+  libgrpc++-dev protobuf-compiler-grpc libcli11-dev openssl
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format clang-tidy
 )

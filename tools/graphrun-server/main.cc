@@ -1,0 +1,221 @@
+// graphrun-server: the graphrun SessionService over gRPC.
+//
+//   graphrun-server --listen 127.0.0.1:50051 --metrics-listen 127.0.0.1:9464
+//
+// When it is ready it prints, and flushes, exactly
+//   graphrun-server listening on <address with the real port>
+// and, when metrics are on,
+//   graphrun-server metrics on http://<host:port>/metrics
+// to stdout. SIGTERM or SIGINT shuts it down gracefully (health
+// NOT_SERVING, no new calls, calls in flight get --grace-period, then their
+// steps are cancelled and every session is closed) and it exits 0. A bad
+// flag is one line on stderr and exit code 2; a server that cannot start
+// exits 1.
+#include <fmt/format.h>
+#include <graphrun/server.h>
+#include <pthread.h>
+#include <signal.h>
+#include <CLI/CLI.hpp>
+
+#include <charconv>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <string_view>
+
+namespace {
+
+using graphrun::invalid_argument;
+using graphrun::Result;
+
+// "<number>[ms|s|m]": a bare number is seconds; decimals allowed ("0.5").
+Result<std::chrono::milliseconds> parse_duration(std::string_view flag, std::string_view text) {
+  double scale = 1000;  // ms per unit
+  std::string_view number = text;
+  if (number.ends_with("ms")) {
+    scale = 1;
+    number.remove_suffix(2);
+  } else if (number.ends_with('s')) {
+    number.remove_suffix(1);
+  } else if (number.ends_with('m')) {
+    scale = 60'000;
+    number.remove_suffix(1);
+  }
+  double value = -1;
+  const auto [end, error] = std::from_chars(number.data(), number.data() + number.size(), value);
+  if (number.empty() || error != std::errc() || end != number.data() + number.size() ||
+      !(value >= 0) || value * scale > 1e15) {
+    return invalid_argument("{} '{}': expected a duration such as 30, 30s, 500ms or 2m", flag,
+                            text);
+  }
+  return std::chrono::milliseconds(static_cast<int64_t>(value * scale + 0.5));
+}
+
+Result<std::string> read_file(std::string_view flag, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return invalid_argument("{}: cannot read '{}'", flag, path);
+  std::ostringstream contents;
+  contents << in.rdbuf();
+  if (in.bad()) return invalid_argument("{}: cannot read '{}'", flag, path);
+  return contents.str();
+}
+
+// The token file's contents without trailing line ends; empty is an error.
+Result<std::string> read_token(const std::string& path) {
+  GRAPHRUN_ASSIGN_OR_RETURN(std::string token, read_file("--token-file", path));
+  while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
+  if (token.empty()) return invalid_argument("--token-file: '{}' holds no token", path);
+  return token;
+}
+
+std::string one_line(std::string text) {
+  for (char& c : text) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
+  while (!text.empty() && text.back() == ' ') text.pop_back();
+  return text;
+}
+
+int usage_error(std::string_view message) {
+  fmt::print(stderr, "graphrun-server: {}\n", one_line(std::string(message)));
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  graphrun::ServerOptions options;
+  const graphrun::ServiceLimits defaults;
+  std::string tls_cert;
+  std::string tls_key;
+  std::string token_file;
+  std::string session_idle_timeout = "0";
+  std::string partial_run_idle_timeout = "0";
+  std::string grace_period = "5s";
+  int64_t max_sessions = static_cast<int64_t>(defaults.max_sessions);
+  int64_t max_partial_runs = static_cast<int64_t>(defaults.max_partial_runs_per_session);
+
+  // Integers >= 1, with a message that says so (CLI's PositiveNumber prints
+  // a double's range).
+  const CLI::Validator positive(
+      [](std::string& text) -> std::string {
+        int64_t value = 0;
+        const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+        if (error != std::errc() || end != text.data() + text.size() || value < 1) {
+          return fmt::format("expected a positive integer, got '{}'", text);
+        }
+        return {};
+      },
+      "POSITIVE");
+  CLI::App app{
+      "graphrun-server: the graphrun SessionService (gRPC) with health, reflection and "
+      "optional TLS, bearer token and Prometheus metrics."};
+  app.add_option("--listen", options.address,
+                 "host:port (port 0: a free one, printed when ready) or unix:PATH")
+      ->capture_default_str();
+  app.add_option("--tls-cert", tls_cert, "TLS certificate chain, a PEM file (with --tls-key)");
+  app.add_option("--tls-key", tls_key, "TLS private key, a PEM file (with --tls-cert)");
+  app.add_option("--token-file", token_file,
+                 "file holding the bearer token clients must send ('authorization: Bearer "
+                 "<token>'); trailing newlines are stripped. Needs TLS, unless --listen is "
+                 "loopback or unix:");
+  app.add_option("--max-message-bytes", options.max_message_bytes,
+                 "largest request or response message")
+      ->capture_default_str()
+      ->check(positive);
+  app.add_option("--max-sessions", max_sessions, "sessions open at once")
+      ->capture_default_str()
+      ->check(positive);
+  app.add_option("--max-partial-runs", max_partial_runs, "partial runs open at once per session")
+      ->capture_default_str()
+      ->check(positive);
+  app.add_option("--max-tensor-bytes", options.limits.max_tensor_bytes_per_request,
+                 "bytes of fed tensors in one request")
+      ->capture_default_str()
+      ->check(positive);
+  app.add_option("--max-graph-nodes", options.limits.max_graph_nodes,
+                 "nodes in one session's graph")
+      ->capture_default_str()
+      ->check(positive);
+  app.add_option("--session-idle-timeout", session_idle_timeout,
+                 "close a session after this long without a call (30, 30s, 500ms, 2m; bare "
+                 "numbers are seconds); 0: never")
+      ->capture_default_str();
+  app.add_option("--partial-run-idle-timeout", partial_run_idle_timeout,
+                 "collect a partial run after this long without a call, for sessions whose "
+                 "config sets none (same units); 0: never")
+      ->capture_default_str();
+  app.add_option("--grace-period", grace_period,
+                 "on SIGTERM/SIGINT, how long calls in flight may finish before their steps "
+                 "are cancelled (same units)")
+      ->capture_default_str();
+  app.add_option("--metrics-listen", options.metrics_address,
+                 "serve Prometheus metrics at http://HOST:PORT/metrics; loopback only; off by "
+                 "default");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::Success& e) {  // --help
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    return usage_error(e.what());
+  }
+
+  options.limits.max_sessions = static_cast<std::size_t>(max_sessions);
+  options.limits.max_partial_runs_per_session = static_cast<std::size_t>(max_partial_runs);
+  auto session_idle = parse_duration("--session-idle-timeout", session_idle_timeout);
+  if (!session_idle.is_ok()) return usage_error(session_idle.status().message());
+  options.limits.session_idle_timeout = *session_idle;
+  auto partial_idle = parse_duration("--partial-run-idle-timeout", partial_run_idle_timeout);
+  if (!partial_idle.is_ok()) return usage_error(partial_idle.status().message());
+  options.limits.partial_run_idle_timeout = *partial_idle;
+  auto grace = parse_duration("--grace-period", grace_period);
+  if (!grace.is_ok()) return usage_error(grace.status().message());
+  if (tls_cert.empty() != tls_key.empty()) {
+    return usage_error("--tls-cert and --tls-key go together");
+  }
+  if (!tls_cert.empty()) {
+    auto cert = read_file("--tls-cert", tls_cert);
+    if (!cert.is_ok()) return usage_error(cert.status().message());
+    auto key = read_file("--tls-key", tls_key);
+    if (!key.is_ok()) return usage_error(key.status().message());
+    options.tls_cert_pem = std::move(cert).value();
+    options.tls_key_pem = std::move(key).value();
+  }
+  if (!token_file.empty()) {
+    auto token = read_token(token_file);
+    if (!token.is_ok()) return usage_error(token.status().message());
+    options.auth_token = std::move(token).value();
+  }
+
+  // Every thread started from here on (gRPC's, the metrics endpoint's)
+  // inherits the blocked signals; only sigwait() below receives them.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  auto server = graphrun::Server::start(std::move(options));
+  if (!server.is_ok()) {
+    const bool usage = server.status().code() == graphrun::StatusCode::kInvalidArgument;
+    fmt::print(stderr, "graphrun-server: {}\n", one_line(server.status().to_string()));
+    return usage ? 2 : 1;
+  }
+  fmt::print("graphrun-server listening on {}\n", (*server)->address());
+  if (!(*server)->metrics_address().empty()) {
+    fmt::print("graphrun-server metrics on http://{}/metrics\n", (*server)->metrics_address());
+  }
+  std::fflush(stdout);
+
+  int received = 0;
+  while (sigwait(&stop_signals, &received) != 0) {
+  }
+  fmt::print(stderr, "graphrun-server: {}, shutting down (grace period {} ms)\n",
+             received == SIGTERM ? "SIGTERM" : "SIGINT", grace->count());
+  (*server)->shutdown(*grace);
+  server->reset();
+  return 0;
+}
