@@ -10,6 +10,8 @@ packages=(
   libprotobuf-dev protobuf-compiler
   libgrpc++-dev protobuf-compiler-grpc
   libgtest-dev libgmock-dev libbenchmark-dev
+  libcli11-dev
+  python3-numpy  # tests/tools: cross-checks graphrun's .npy files with NumPy
   clang-format clang-tidy
 )
 if [[ "${GRAPHRUN_WITH_TSAN_DEPS:-0}" == 1 ]]; then
