@@ -271,7 +271,7 @@ Result<Tensor> parse(std::string_view bytes, std::string_view source) {
   const std::size_t data_bytes = count * item;
   const std::size_t available = bytes.size() - prefix - header_len;
   if (available < data_bytes) {
-    return invalid_argument("{}: truncated .npy data: {} {} needs {} bytes, {} present", source,
+    return invalid_argument("{}: truncated .npy data: {}{} needs {} bytes, {} present", source,
                             descr.dtype, *shape, data_bytes, available);
   }
   if (available > data_bytes) {
