@@ -90,6 +90,16 @@ TEST_F(CliTest, RunFetchesWithoutFeeds) {
   EXPECT_EQ(o.out, "Sum: float32[3] [3, 3, 3]\n");
 }
 
+TEST_F(CliTest, RunsBinaryGraphFile) {
+  auto graph = load_graph_file(kTf + "/const_plus_placeholder_add.pbtxt");
+  ASSERT_TRUE(graph.is_ok());
+  const auto pb = dir_ / "g.pb";
+  ASSERT_TRUE(save_graph_file(*graph, pb).is_ok());
+  const auto o = run({"run", pb.string(), "--feed", "x=[1,2,3]", "--fetch", "add"});
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(o.out, "add: float32[3] [2, 4, 6]\n");
+}
+
 TEST_F(CliTest, InitRunsFirstThenFetch) {
   const auto o =
       run({"run", kTf + "/variables_a_times_b_init.pbtxt", "--init", "init", "--fetch", "c"});
