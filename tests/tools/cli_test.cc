@@ -5,76 +5,22 @@
 #include <google/protobuf/util/json_util.h>
 #include <graphrun/graph_def.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
-#include <cstdlib>
 #include <filesystem>
-#include <fstream>
-#include <iterator>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "tests/tools/cli_runner.h"
 #include "tools/graphrun/npy.h"
 
 namespace graphrun {
 namespace {
 
 using ::testing::HasSubstr;
-using ::testing::StartsWith;
-
-const std::string kTf = GRAPHRUN_TF_GRAPHDEFS;
-const std::string kData = GRAPHRUN_TOOLS_TESTDATA;
-
-std::string read_text(const std::filesystem::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-}
-
-std::string quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
-
-class CliTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "graphrun-cli-XXXXXX").string();
-    dir_ = mkdtemp(tmpl.data());
-  }
-  void TearDown() override { std::filesystem::remove_all(dir_); }
-
-  struct Outcome {
-    int code = -1;
-    std::string out;
-    std::string err;
-  };
-  Outcome run(const std::vector<std::string>& args) {
-    std::string cmd = quote(GRAPHRUN_CLI_BINARY);
-    for (const std::string& a : args) cmd += " " + quote(a);
-    const auto out = dir_ / "stdout";
-    const auto err = dir_ / "stderr";
-    cmd += " >" + quote(out.string()) + " 2>" + quote(err.string());
-    const int status = std::system(cmd.c_str());
-    Outcome o;
-    o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-    o.out = read_text(out);
-    o.err = read_text(err);
-    return o;
-  }
-  // One line on stderr, naming `culprit`, and nothing on stdout.
-  void expect_error(const Outcome& o, int code, const std::string& culprit) {
-    EXPECT_EQ(o.code, code) << o.err;
-    EXPECT_THAT(o.err, StartsWith("graphrun: "));
-    EXPECT_THAT(o.err, HasSubstr(culprit));
-    EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
-    EXPECT_EQ(o.out, "");
-  }
-
-  std::filesystem::path dir_;
-};
+using testing_cli::CliTest;
+using testing_cli::kData;
+using testing_cli::kTf;
+using testing_cli::read_text;
 
 TEST_F(CliTest, RunFeedsInlineAndPrints) {
   const auto o = run(
@@ -260,68 +206,6 @@ TEST_F(CliTest, TraceOfPartialRunNamesSteps) {
   EXPECT_EQ(events.at("r1").step, 1);
   EXPECT_EQ(events.at("r2").step, 2);
   EXPECT_GE(events.at("r2").ts, events.at("r1").ts + events.at("r1").dur - 0.002);
-}
-
-TEST_F(CliTest, MissingGraphFileExits1) {
-  expect_error(run({"run", (dir_ / "nope.pbtxt").string(), "--fetch", "a"}), 1, "nope.pbtxt");
-}
-
-TEST_F(CliTest, BadFeedSyntaxExits2) {
-  expect_error(
-      run({"run", kTf + "/const_plus_placeholder_add.pbtxt", "--feed", "x=1,,3", "--fetch", "add"}),
-      2, "feed 'x': bad value '1,,3'");
-  expect_error(
-      run({"run", kTf + "/const_plus_placeholder_add.pbtxt", "--feed", "x", "--fetch", "add"}), 2,
-      "expected NAME=VALUES");
-  expect_error(run({"run", kTf + "/const_plus_placeholder_add.pbtxt", "--partial", "fetch",
-                    "--fetch", "add"}),
-               2, "--partial");
-}
-
-TEST_F(CliTest, UnknownTensorExits1) {
-  const std::string g = kTf + "/const_plus_placeholder_add.pbtxt";
-  expect_error(run({"run", g, "--feed", "nope=1", "--fetch", "add"}), 1, "feed 'nope'");
-  expect_error(run({"run", g, "--feed", "x=1,2,3", "--fetch", "add:7"}), 1, "fetch 'add:7'");
-  expect_error(run({"run", g, "--target", "nope"}), 1, "target 'nope'");
-}
-
-TEST_F(CliTest, DtypeMismatchExits1) {
-  const std::string g = kTf + "/const_plus_placeholder_add.pbtxt";
-  expect_error(run({"run", g, "--feed", "x=1,true,3", "--fetch", "add"}), 1,
-               "feed 'x': 'true' is not a valid float32 value");
-  const auto f8 = dir_ / "x.npy";
-  ASSERT_TRUE(npy::write_file(Tensor{1.0, 2.0, 3.0}, f8).is_ok());
-  expect_error(run({"run", g, "--feed", "x=@" + f8.string(), "--fetch", "add"}), 1,
-               "holds float64 but 'x' is float32 (convert with a.astype('float32'))");
-}
-
-TEST_F(CliTest, ShapeMismatchExits1) {
-  expect_error(run({"run", kTf + "/const_plus_placeholder_add.pbtxt", "--feed", "x=[[1,2,3]]",
-                    "--fetch", "add"}),
-               1, "feed 'x': the value has shape [1,3] but 'x' is declared float32 [3]");
-}
-
-TEST_F(CliTest, UnreadableNpyExits1) {
-  const std::string g = kTf + "/const_plus_placeholder_add.pbtxt";
-  expect_error(run({"run", g, "--feed", "x=@" + (dir_ / "missing.npy").string(), "--fetch", "add"}),
-               1, "missing.npy");
-  std::ofstream(dir_ / "junk.npy") << "not numpy";
-  expect_error(run({"run", g, "--feed", "x=@" + (dir_ / "junk.npy").string(), "--fetch", "add"}), 1,
-               "junk.npy: not a NumPy .npy file");
-}
-
-TEST_F(CliTest, UnfedPlaceholderExits1) {
-  expect_error(run({"run", kTf + "/const_plus_placeholder_add.pbtxt", "--fetch", "add"}), 1,
-               "run failed: InvalidArgument: You must feed a value for placeholder tensor 'x'");
-}
-
-TEST_F(CliTest, UsageErrorsExit2) {
-  const std::string g = kTf + "/const_plus_placeholder_add.pbtxt";
-  expect_error(run({"run", g}), 2, "nothing to run");
-  expect_error(run({"run", g, "--partial", "fetch add", "--feed", "x=1,2,3"}), 2,
-               "--partial cannot be combined");
-  expect_error(run({"run", g, "--bogus"}), 2, "--bogus");
-  expect_error(run({}), 2, "subcommand");
 }
 
 TEST_F(CliTest, HelpExits0) {

@@ -8,7 +8,6 @@
 #include <filesystem>
 #include <fstream>
 #include <limits>
-#include <map>
 #include <optional>
 #include <set>
 #include <system_error>
@@ -54,6 +53,7 @@ bool looks_like_value(std::string_view token) {
 }
 
 // Recursive descent over nested brackets.
+// Thread safety: one parse, one thread.
 class BracketParser {
  public:
   explicit BracketParser(std::string_view s) : s_(s) {}

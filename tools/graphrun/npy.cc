@@ -89,6 +89,7 @@ struct Header {
   std::optional<std::vector<int64_t>> shape;
 };
 
+// Thread safety: one parse, one thread.
 class HeaderParser {
  public:
   HeaderParser(std::string_view text, std::string_view source) : s_(text), source_(source) {}
