@@ -28,8 +28,15 @@ inline std::string read_text(const std::filesystem::path& p) {
 
 inline std::string quote(const std::string& s) {
   std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out.append("'\\''");
+    } else {
+      out.push_back(c);
+    }
+  }
+  out.push_back('\'');
+  return out;
 }
 
 // Thread safety: one test at a time (gtest fixture).
@@ -48,10 +55,18 @@ class CliTest : public ::testing::Test {
   };
   Outcome run(const std::vector<std::string>& args) {
     std::string cmd = quote(GRAPHRUN_CLI_BINARY);
-    for (const std::string& a : args) cmd += " " + quote(a);
+    // Appended piece by piece: GCC 12 -O3 misreads `" " + quote(a)` as an
+    // overlapping memcpy (-Wrestrict).
+    for (const std::string& a : args) {
+      cmd.push_back(' ');
+      cmd.append(quote(a));
+    }
     const auto out = dir_ / "stdout";
     const auto err = dir_ / "stderr";
-    cmd += " >" + quote(out.string()) + " 2>" + quote(err.string());
+    cmd.append(" >");
+    cmd.append(quote(out.string()));
+    cmd.append(" 2>");
+    cmd.append(quote(err.string()));
     const int status = std::system(cmd.c_str());
     Outcome o;
     o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
