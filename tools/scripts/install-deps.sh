@@ -8,8 +8,11 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libtbb-dev libeigen3-dev libfmt-dev
   libprotobuf-dev protobuf-compiler
-  libgrpc++-dev protobuf-compiler-grpc libcli11-dev openssl
+  libgrpc++-dev protobuf-compiler-grpc
+  libcli11-dev  # the graphrun and graphrun-server command lines
+  openssl       # tests/service: a TLS certificate made at test time
   libgtest-dev libgmock-dev libbenchmark-dev
+  python3-numpy  # tests/tools: cross-checks graphrun's .npy files with NumPy
   clang-format clang-tidy
 )
 if [[ "${GRAPHRUN_WITH_TSAN_DEPS:-0}" == 1 ]]; then

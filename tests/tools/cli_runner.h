@@ -1,0 +1,89 @@
+// A test fixture that runs the real `graphrun` binary
+// ($<TARGET_FILE:graphrun-cli>) through the shell and captures stdout,
+// stderr and the exit code; each test gets its own temporary directory.
+#pragma once
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+#include <vector>
+
+namespace graphrun::testing_cli {
+
+inline const std::string kTf = GRAPHRUN_TF_GRAPHDEFS;
+inline const std::string kData = GRAPHRUN_TOOLS_TESTDATA;
+
+inline std::string read_text(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+inline std::string quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) {
+    if (c == '\'') {
+      out.append("'\\''");
+    } else {
+      out.push_back(c);
+    }
+  }
+  out.push_back('\'');
+  return out;
+}
+
+// Thread safety: one test at a time (gtest fixture).
+class CliTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string tmpl = (std::filesystem::temp_directory_path() / "graphrun-cli-XXXXXX").string();
+    dir_ = mkdtemp(tmpl.data());
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  struct Outcome {
+    int code = -1;
+    std::string out;
+    std::string err;
+  };
+  Outcome run(const std::vector<std::string>& args) {
+    std::string cmd = quote(GRAPHRUN_CLI_BINARY);
+    // Appended piece by piece: GCC 12 -O3 misreads `" " + quote(a)` as an
+    // overlapping memcpy (-Wrestrict).
+    for (const std::string& a : args) {
+      cmd.push_back(' ');
+      cmd.append(quote(a));
+    }
+    const auto out = dir_ / "stdout";
+    const auto err = dir_ / "stderr";
+    cmd.append(" >");
+    cmd.append(quote(out.string()));
+    cmd.append(" 2>");
+    cmd.append(quote(err.string()));
+    const int status = std::system(cmd.c_str());
+    Outcome o;
+    o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    o.out = read_text(out);
+    o.err = read_text(err);
+    return o;
+  }
+  // One line on stderr, naming `culprit`, and nothing on stdout.
+  void expect_error(const Outcome& o, int code, const std::string& culprit) {
+    EXPECT_EQ(o.code, code) << o.err;
+    EXPECT_THAT(o.err, ::testing::StartsWith("graphrun: "));
+    EXPECT_THAT(o.err, ::testing::HasSubstr(culprit));
+    EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+    EXPECT_EQ(o.out, "");
+  }
+
+  std::filesystem::path dir_;
+};
+
+}  // namespace graphrun::testing_cli

@@ -1,0 +1,103 @@
+// graphrun_npy's error paths: every malformed file is an InvalidArgument
+// (NotFound for a missing one) naming the file and the problem.
+#include <fmt/format.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <string>
+
+#include "tools/graphrun/npy.h"
+
+namespace graphrun {
+namespace {
+
+using ::testing::HasSubstr;
+
+// A .npy file by hand: magic, version, header length, header, data.
+std::string npy_bytes(std::string_view dict, std::string_view data, int major = 1) {
+  std::string out("\x93NUMPY", 6);
+  out += static_cast<char>(major);
+  out += '\0';
+  const std::size_t len = dict.size();
+  const int len_bytes = major == 1 ? 2 : 4;
+  for (int i = 0; i < len_bytes; ++i) out += static_cast<char>((len >> (8 * i)) & 0xFF);
+  out += dict;
+  out += data;
+  return out;
+}
+
+std::string raw(const void* p, std::size_t n) {
+  return std::string(static_cast<const char*>(p), n);
+}
+
+TEST(NpyErrorTest, RejectsBadMagic) {
+  auto t = npy::parse("PK\x03\x04 not numpy", "x.npy");
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("x.npy: not a NumPy .npy file"));
+}
+
+TEST(NpyErrorTest, RejectsTruncatedHeader) {
+  std::string bytes = npy::serialize(Tensor{1.0f, 2.0f});
+  auto t = npy::parse(bytes.substr(0, 30), "t.npy");
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("t.npy: truncated .npy header"));
+  t = npy::parse(bytes.substr(0, 9), "t.npy");
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("truncated"));
+}
+
+TEST(NpyErrorTest, RejectsTruncatedData) {
+  std::string bytes = npy::serialize(Tensor{1.0f, 2.0f});
+  auto t = npy::parse(bytes.substr(0, bytes.size() - 1), "t.npy");
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_THAT(t.status().message(),
+              HasSubstr("t.npy: truncated .npy data: float32[2] needs 8 bytes, 7 present"));
+  t = npy::parse(bytes + "x", "t.npy");
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("1 unexpected bytes after the data"));
+}
+
+TEST(NpyErrorTest, RejectsFortranOrder) {
+  const float v[4] = {1, 2, 3, 4};
+  auto t = npy::parse(
+      npy_bytes("{'descr': '<f4', 'fortran_order': True, 'shape': (2, 2), }", raw(v, sizeof v)),
+      "f.npy");
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("f.npy: Fortran-order arrays are not supported"));
+}
+
+TEST(NpyErrorTest, RejectsUnsupportedDtypeNamingIt) {
+  for (const char* d : {"<f2", "<u4", "|u1", "<c8", "<U5", "|O", "<i2"}) {
+    auto t = npy::parse(
+        npy_bytes(fmt::format("{{'descr': '{}', 'fortran_order': False, 'shape': (1,), }}", d),
+                  std::string(16, '\0')),
+        "d.npy");
+    ASSERT_FALSE(t.is_ok()) << d;
+    EXPECT_THAT(t.status().message(), HasSubstr(fmt::format("d.npy: dtype '{}'", d)));
+    EXPECT_THAT(t.status().message(), HasSubstr("is not supported"));
+  }
+}
+
+TEST(NpyErrorTest, RejectsMalformedHeader) {
+  for (const char* dict : {"{'descr': '<f4', 'shape': (1,)}", "{'descr': '<f4' 'x'}", "['descr']",
+                           "{'descr': '<f4', 'fortran_order': False, 'shape': (a,)}",
+                           "{'descr': '<f4', 'fortran_order': maybe, 'shape': (1,)}"}) {
+    auto t = npy::parse(npy_bytes(dict, std::string(4, '\0')), "m.npy");
+    ASSERT_FALSE(t.is_ok()) << dict;
+    EXPECT_THAT(t.status().message(), HasSubstr("m.npy: malformed .npy header")) << dict;
+  }
+  auto t = npy::parse(std::string("\x93NUMPY\x04\x00", 8) + "xx", "v.npy");
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("unsupported .npy format version 4.0"));
+}
+
+TEST(NpyErrorTest, ReadFileNamesAMissingFile) {
+  auto t = npy::read_file("/nonexistent/dir/a.npy");
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kNotFound);
+  EXPECT_THAT(t.status().message(), HasSubstr("/nonexistent/dir/a.npy"));
+}
+
+}  // namespace
+}  // namespace graphrun

@@ -1,0 +1,99 @@
+// File: tools/graphrun/cli.h
+// The pieces of the `graphrun` command line that need no process: feed and
+// partial-run step syntax, inline values, printing, output file names, the
+// Chrome trace writer, and the `run` command itself (main.cc only parses
+// arguments with CLI11 and maps the result to an exit code).
+// docs/issue-6-cli.md is the user-facing specification.
+//
+// Thread safety: stateless functions; thread-safe for distinct arguments.
+#pragma once
+
+#include <graphrun/session.h>
+#include <graphrun/status.h>
+#include <graphrun/tensor.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace graphrun::cli {
+
+// Exit codes (docs/issue-6-cli.md).
+inline constexpr int kExitOk = 0;
+inline constexpr int kExitRuntime = 1;
+inline constexpr int kExitUsage = 2;
+
+// An inline value's structure before its dtype is known: the shape the
+// brackets (or the list) give, and the element tokens in row-major order.
+struct ValueLiteral {
+  Shape shape;
+  bool bracketed = false;  // written with [ ], which fixes the shape
+  std::vector<std::string> tokens;
+};
+// Syntax only: "3", "1,2,3", "[[1,2],[3,4]]", "[]", "true,false". Tokens
+// must look like numbers, nan/inf, or true/false. InvalidArgument naming
+// the position otherwise.
+Result<ValueLiteral> parse_value_literal(std::string_view text);
+// The literal as a tensor of `dtype` (the fed tensor's declared dtype).
+// An unbracketed list of exactly declared.num_elements() tokens is given
+// the declared shape when that is fully defined and not rank 1. `feed`
+// names the tensor in messages.
+Result<Tensor> literal_to_tensor(const ValueLiteral& literal, DType dtype, const Shape& declared,
+                                 std::string_view feed);
+
+// A --feed argument: NAME=VALUES or NAME=@FILE.npy.
+struct FeedArg {
+  std::string name;
+  std::string file;     // set for @FILE
+  ValueLiteral values;  // set otherwise
+};
+Result<FeedArg> parse_feed_arg(std::string_view arg);
+
+// One --partial step: ';'-separated clauses "feed NAME=VALUES",
+// "fetch A[,B]", "target N[,M]" (a ':' may replace the space).
+struct StepSpec {
+  std::vector<FeedArg> feeds;
+  std::vector<std::string> fetches;
+  std::vector<std::string> targets;
+};
+Result<StepSpec> parse_step(std::string_view text);
+
+// "<name>.npy" with every byte outside [A-Za-z0-9._-] percent-encoded.
+std::string output_file_name(std::string_view tensor_name);
+
+// "add: float32[3] [11, 22, 33]", elided past `limit` elements (0: no limit)
+// with "(N of M elements shown)".
+std::string format_fetch(std::string_view name, const Tensor& value, int64_t limit);
+
+// Step statistics of one call: `step` 0 for a run, K >= 1 for the K-th
+// partial-run call.
+struct TracedCall {
+  int step = 0;
+  std::vector<NodeExecStats> stats;
+};
+// Chrome trace event format (JSON object form): one "X" event per node
+// execution, thread_name metadata per arena slot, ts/dur in microseconds
+// relative to the earliest start.
+std::string chrome_trace_json(std::span<const TracedCall> calls, std::string_view process_name);
+
+// `graphrun run`'s arguments, as given on the command line.
+struct RunArgs {
+  std::string graph;
+  std::vector<std::string> feeds;
+  std::vector<std::string> fetches;
+  std::vector<std::string> targets;
+  std::vector<std::string> partial;
+  // Targets run first, in a run of their own (e.g. a variables' `init`).
+  std::vector<std::string> init;
+  std::string out_dir;
+  std::string trace;
+  int64_t print_limit = 32;
+};
+// Runs the command: prints fetches to `out`, one error line to `err`;
+// returns the exit code.
+int run_command(const RunArgs& args, std::FILE* out, std::FILE* err);
+
+}  // namespace graphrun::cli
