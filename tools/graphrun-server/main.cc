@@ -91,8 +91,9 @@ int main(int argc, char** argv) {
   std::string tls_cert;
   std::string tls_key;
   std::string token_file;
-  std::string session_idle_timeout = "0";
-  std::string partial_run_idle_timeout = "0";
+  // A server collects what clients abandon unless told not to.
+  std::string session_idle_timeout = "60m";
+  std::string partial_run_idle_timeout = "10m";
   std::string grace_period = "5s";
   int64_t max_sessions = static_cast<int64_t>(defaults.max_sessions);
   int64_t max_partial_runs = static_cast<int64_t>(defaults.max_partial_runs_per_session);
@@ -144,8 +145,9 @@ int main(int argc, char** argv) {
                  "numbers are seconds); 0: never")
       ->capture_default_str();
   app.add_option("--partial-run-idle-timeout", partial_run_idle_timeout,
-                 "collect a partial run after this long without a call, for sessions whose "
-                 "config sets none (same units); 0: never")
+                 "cancel a partial run after this long without a call: the default for "
+                 "sessions whose config sets none, and a cap on those that do (same units); "
+                 "0: sessions keep their own")
       ->capture_default_str();
   app.add_option("--grace-period", grace_period,
                  "on SIGTERM/SIGINT, how long calls in flight may finish before their steps "
