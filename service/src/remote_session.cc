@@ -9,6 +9,7 @@
 #include <mutex>
 #include <optional>
 #include <set>
+#include <stop_token>
 #include <utility>
 
 namespace graphrun {
@@ -167,6 +168,7 @@ struct RemotePartialRunHandle::State {
   std::set<std::string> fetched;
   std::set<std::string> targets_run;
   bool cancelled = false;
+  bool stopped = false;              // the setup's stop_token was stopped
   std::optional<Status> last_error;  // of the latest call, if it failed
   std::optional<Status> ended;       // what every later call returns
 
@@ -182,6 +184,7 @@ struct RemotePartialRunHandle::State {
   }
   // The server forgot the run: it ended. Say how, as the local run would.
   Status forgotten_locked(const Status& not_found) const {
+    if (stopped) return graphrun::cancelled("partial run {} was cancelled by its caller", id);
     if (cancelled) return cancelled_status();
     if (complete_locked()) return complete_status();
     if (last_error) return *last_error;  // a misuse error leaves the run open
@@ -195,7 +198,35 @@ struct RemotePartialRunHandle::State {
   Status cancelled_status() const {
     return graphrun::cancelled("partial run {} was cancelled", id);
   }
+
+  // partial_run_setup's RunOptions::stop_token: a stop cancels the run on
+  // the server (as a local session's watch() does). Declared last: it is
+  // unregistered (waiting for a running callback) before the rest goes.
+  struct StopRun {
+    State* state;
+    void operator()() const { state->stop(); }
+  };
+  std::optional<std::stop_callback<StopRun>> setup_stop;
+  void stop();
+  ~State() { setup_stop.reset(); }
 };
+
+void RemotePartialRunHandle::State::stop() {
+  {
+    const std::lock_guard lock(mu);
+    if (ended || stopped) return;
+    stopped = true;
+  }
+  v1::CancelPartialRunRequest request;
+  request.set_session_handle(core->handle);
+  request.set_partial_run_handle(id);
+  v1::CancelPartialRunResponse response;
+  grpc::ClientContext context;
+  core->prepare_control(context);
+  // The next call learns the outcome: the server forgot the run (NotFound,
+  // mapped by forgotten_locked) or the session is gone.
+  static_cast<void>(core->stub->CancelPartialRun(&context, request, &response));
+}
 
 // ---- RemotePartialRunHandle ----
 
@@ -321,6 +352,27 @@ Result<std::unique_ptr<RemoteSession>> RemoteSession::open(std::string_view targ
 const std::string& RemoteSession::handle() const { return core_->handle; }
 int64_t RemoteSession::graph_version() const { return core_->graph_version.load(); }
 
+namespace {
+
+// A stop requested on `token` cancels the call of `context` (the server then
+// stops its step); nothing is registered for a token that cannot stop.
+struct CancelCall {
+  grpc::ClientContext* context;
+  void operator()() const { context->TryCancel(); }
+};
+std::optional<std::stop_callback<CancelCall>> cancel_on_stop(const std::stop_token& token,
+                                                             grpc::ClientContext& context) {
+  if (!token.stop_possible()) return std::nullopt;
+  return std::optional<std::stop_callback<CancelCall>>(std::in_place, token, CancelCall{&context});
+}
+
+// The call failed because its caller stopped it (not the server).
+bool stopped_by_caller(const grpc::Status& status, const RunOptions& options) {
+  return status.error_code() == grpc::StatusCode::CANCELLED && options.stop_token.stop_requested();
+}
+
+}  // namespace
+
 Result<std::vector<Tensor>> RemoteSession::run(const FeedList& feeds,
                                                const std::vector<TensorRef>& fetches,
                                                const std::vector<TargetRef>& targets,
@@ -336,7 +388,12 @@ Result<std::vector<Tensor>> RemoteSession::run(const FeedList& feeds,
   v1::RunResponse response;
   grpc::ClientContext context;
   core.prepare_step(context, options);
-  const grpc::Status status = core.stub->Run(&context, request, &response);
+  grpc::Status status;
+  {
+    const auto on_stop = cancel_on_stop(options.stop_token, context);
+    status = core.stub->Run(&context, request, &response);
+  }
+  if (stopped_by_caller(status, options)) return cancelled("the run was cancelled by its caller");
   if (!status.ok()) return core.session_error(status);
   return decode_response(response, request.fetch_size(), options.trace, metadata);
 }
@@ -366,6 +423,10 @@ Result<RemotePartialRunHandle> RemoteSession::partial_run_setup(
   const grpc::Status status = core.stub->PartialRunSetup(&context, request, &response);
   if (!status.ok()) return core.session_error(status);
   state->id = response.partial_run_handle();
+  if (options.stop_token.stop_possible()) {
+    state->setup_stop.emplace(options.stop_token,
+                              RemotePartialRunHandle::State::StopRun{state.get()});
+  }
   return RemotePartialRunHandle(std::move(state));
 }
 
@@ -397,9 +458,18 @@ Result<std::vector<Tensor>> RemoteSession::partial_run(
   v1::RunResponse response;
   grpc::ClientContext context;
   core.prepare_step(context, options);
-  const grpc::Status grpc_status = core.stub->PartialRun(&context, request, &response);
+  grpc::Status grpc_status;
+  {
+    const auto on_stop = cancel_on_stop(options.stop_token, context);
+    grpc_status = core.stub->PartialRun(&context, request, &response);
+  }
 
   const std::lock_guard lock(state.mu);
+  if (stopped_by_caller(grpc_status, options)) {
+    // The server cancels the whole run when its call is cancelled.
+    state.ended = cancelled("partial run {}: the call was cancelled by its caller", state.id);
+    return *state.ended;
+  }
   if (!grpc_status.ok()) {
     const Status status = core.session_error(grpc_status);
     if (state.is_run_not_found(status)) {

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
+#include <stop_token>
 #include <string>
 #include <thread>
 #include <type_traits>
@@ -357,6 +358,68 @@ TYPED_TEST(ConformanceTest, TimeoutIsDeadlineExceeded) {
   const auto start = std::chrono::steady_clock::now();
   EXPECT_THAT(s->run({}, {"slow"}, {}, options), StatusIs(StatusCode::kDeadlineExceeded, ""));
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}
+
+// RunOptions::stop_token: another thread stops the call (remotely, the
+// client cancels the RPC and the server stops the step).
+TYPED_TEST(ConformanceTest, StopTokenCancelsARun) {
+  const Graph g = slow_graph();
+  auto s = this->open(g);
+  ASSERT_NE(s, nullptr);
+  std::stop_source stop;
+  RunOptions options;
+  options.stop_token = stop.get_token();
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    stop.request_stop();
+  });
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_EQ(s->run({}, {"slow"}, {}, options).status(),
+            Status(StatusCode::kCancelled, "the run was cancelled by its caller"));
+  stopper.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(30));
+}
+
+TYPED_TEST(ConformanceTest, StopTokenOfACallCancelsThePartialRun) {
+  Graph g = slow_graph();
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  ops::Identity(g, x, "x_out");
+  auto s = this->open(g);
+  ASSERT_NE(s, nullptr);
+  auto h = s->partial_run_setup({"slow", "x_out"}, {"x"});
+  ASSERT_THAT(h, IsOk());
+  std::stop_source stop;
+  RunOptions options;
+  options.stop_token = stop.get_token();
+  std::thread stopper([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    stop.request_stop();
+  });
+  EXPECT_EQ(s->partial_run(*h, {}, {"slow"}, {}, options).status(),
+            Status(StatusCode::kCancelled,
+                   "partial run " + h->id() + ": the call was cancelled by its caller"));
+  stopper.join();
+  EXPECT_TRUE(h->is_done());
+  // The whole run is over: the next call says how it ended.
+  EXPECT_THAT(s->partial_run(*h, {{"x", Tensor(1.0f)}}, {"x_out"}),
+              StatusIs(StatusCode::kCancelled, "cancelled by its caller"));
+}
+
+TYPED_TEST(ConformanceTest, StopTokenOfTheSetupCancelsThePartialRun) {
+  Arith m;
+  auto s = this->open(m.g);
+  ASSERT_NE(s, nullptr);
+  std::stop_source stop;
+  RunOptions options;
+  options.stop_token = stop.get_token();
+  auto h = s->partial_run_setup({"y", "z"}, {"x"}, {}, options);
+  ASSERT_THAT(h, IsOk());
+  EXPECT_THAT(s->partial_run(*h, {{"x", Tensor(2.0f)}}, {"y"}),
+              IsOkAndHolds(ElementsAre(TensorEq(Tensor(4.0f)))));
+  stop.request_stop();
+  EXPECT_EQ(
+      s->partial_run(*h, {}, {"z"}).status(),
+      Status(StatusCode::kCancelled, "partial run " + h->id() + " was cancelled by its caller"));
 }
 
 TYPED_TEST(ConformanceTest, CloseThenEveryCallIsCancelled) {

@@ -23,6 +23,10 @@
 //   message; a server that does not answer at all still cannot hang the
 //   client (gRPC's own DeadlineExceeded "Deadline Exceeded").
 //   RunOptions::trace returns the server's step statistics in RunMetadata.
+// * RunOptions::stop_token: a stop cancels the call's RPC, and the server
+//   stops the step (a partial-run call: the whole partial run); given to
+//   partial_run_setup, a stop sends CancelPartialRun. The messages are the
+//   local ones ("the run was cancelled by its caller", ...).
 //
 // What differs:
 // * No make_callable, graph(), num_cached_plans() or num_open_partial_runs().
