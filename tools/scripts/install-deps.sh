@@ -15,6 +15,11 @@ packages=(
 if [[ "${GRAPHRUN_WITH_TSAN_DEPS:-0}" == 1 ]]; then
   packages+=(dpkg-dev)
 fi
+# The fuzz preset (tools/scripts/fuzz.sh): clang-19 (clang-14 cannot compile
+# libstdc++ 12's ranges) and its compiler-rt, which has libclang_rt.fuzzer.
+if [[ "${GRAPHRUN_WITH_FUZZ_DEPS:-0}" == 1 ]]; then
+  packages+=(clang-19 libclang-rt-19-dev)
+fi
 
 missing=()
 for p in "${packages[@]}"; do
