@@ -36,6 +36,14 @@ inline void print_details(std::string_view what) {
   std::fprintf(stderr, "  %.*s\n", static_cast<int>(what.size()), what.data());
 }
 
+// With GRAPHRUN_FUZZ_VERBOSE=1 in the environment, why an input stopped
+// short of the round trip (to check that seeds get through:
+// `GRAPHRUN_FUZZ_VERBOSE=1 <target> -runs=0 <seed dir>`).
+inline void verbose_rejection(const char* stage, const Status& s) {
+  static const bool verbose = std::getenv("GRAPHRUN_FUZZ_VERBOSE") != nullptr;
+  if (verbose) std::fprintf(stderr, "fuzz: rejected by %s: %s\n", stage, s.to_string().c_str());
+}
+
 // Tensors a TensorProto may legitimately expand to (one typed value can
 // ask for up to kMaxTensorProtoBytes = 2 GiB) are skipped above this size:
 // allocating and zeroing them only makes the fuzzer slow and runs into its
@@ -83,9 +91,10 @@ inline bool expands_too_far_to_fuzz(const v1::GraphDef& def) {
 // bytes again (import(export(g)) is a fixed point).
 inline void graph_def_round_trip(std::string_view bytes, GraphDefFormat format) {
   Result<v1::GraphDef> def = parse_graph_def(bytes, format);
-  if (!def.is_ok() || expands_too_far_to_fuzz(*def)) return;
+  if (!def.is_ok()) return verbose_rejection("parse", def.status());
+  if (expands_too_far_to_fuzz(*def)) return verbose_rejection("size", Status::ok());
   Result<Graph> graph = graph_from_graph_def(*def);
-  if (!graph.is_ok()) return;
+  if (!graph.is_ok()) return verbose_rejection("import", graph.status());
   GRAPHRUN_FUZZ_CHECK(graph->num_nodes() == def->node_size());
 
   Result<v1::GraphDef> exported = graph_to_graph_def(*graph);

@@ -37,6 +37,8 @@ cmake --build --preset fuzz -j "$jobs"
 echo "fuzz.sh: fuzz preset configured and built in $(($(date +%s) - t0)) s"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1}
+# Stack traces with file and line (llvm-19 from install-deps).
+export ASAN_SYMBOLIZER_PATH=${ASAN_SYMBOLIZER_PATH:-/usr/lib/llvm-19/bin/llvm-symbolizer}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 
 # Regression runs first: quick, and a known input that crashes again is

@@ -16,9 +16,10 @@ if [[ "${GRAPHRUN_WITH_TSAN_DEPS:-0}" == 1 ]]; then
   packages+=(dpkg-dev)
 fi
 # The fuzz preset (tools/scripts/fuzz.sh): clang-19 (clang-14 cannot compile
-# libstdc++ 12's ranges) and its compiler-rt, which has libclang_rt.fuzzer.
+# libstdc++ 12's ranges), its compiler-rt (libclang_rt.fuzzer and the
+# sanitizer runtimes) and llvm-19 for llvm-symbolizer (readable reports).
 if [[ "${GRAPHRUN_WITH_FUZZ_DEPS:-0}" == 1 ]]; then
-  packages+=(clang-19 libclang-rt-19-dev)
+  packages+=(clang-19 libclang-rt-19-dev llvm-19)
 fi
 
 missing=()
