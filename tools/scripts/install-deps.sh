@@ -11,6 +11,8 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc
   libgtest-dev libgmock-dev libbenchmark-dev
   clang-format clang-tidy
+  # The Python client test (tests/service/python), run by Debian's /usr/bin/python3.
+  python3-grpcio python3-protobuf
 )
 if [[ "${GRAPHRUN_WITH_TSAN_DEPS:-0}" == 1 ]]; then
   packages+=(dpkg-dev)
