@@ -7,6 +7,7 @@
 // state.
 #pragma once
 
+#include <google/protobuf/stubs/logging.h>
 #include <graphrun/graph_def.h>
 
 #include <cstdint>
@@ -35,6 +36,11 @@ inline void print_details(const Status& s) {
 inline void print_details(std::string_view what) {
   std::fprintf(stderr, "  %.*s\n", static_cast<int>(what.size()), what.data());
 }
+
+// Drops protobuf's own log lines (one per string field with invalid UTF-8:
+// millions per run, and nothing the fuzzer needs). Every target calls it
+// from LLVMFuzzerInitialize.
+inline void quiet_protobuf_logs() { google::protobuf::SetLogHandler(nullptr); }
 
 // With GRAPHRUN_FUZZ_VERBOSE=1 in the environment, why an input stopped
 // short of the round trip (to check that seeds get through:

@@ -59,6 +59,11 @@ void tensor_round_trip(const uint8_t* data, size_t size) {
 }  // namespace
 }  // namespace graphrun::fuzz
 
+extern "C" int LLVMFuzzerInitialize(int* /*argc*/, char*** /*argv*/) {
+  graphrun::fuzz::quiet_protobuf_logs();
+  return 0;
+}
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   graphrun::fuzz::tensor_round_trip(data, size);
   return 0;
