@@ -3,8 +3,10 @@
 
 add_library(graphrun_warnings INTERFACE)
 target_compile_options(graphrun_warnings INTERFACE
-  $<$<CXX_COMPILER_ID:GNU,Clang>:-Wall -Wextra -Wpedantic -Wshadow=local -Wnon-virtual-dtor
+  $<$<CXX_COMPILER_ID:GNU,Clang>:-Wall -Wextra -Wpedantic -Wnon-virtual-dtor
     -Wno-missing-field-initializers>
+  # GCC only: clang has no -Wshadow=local (the fuzz preset uses clang).
+  $<$<CXX_COMPILER_ID:GNU>:-Wshadow=local>
   $<$<BOOL:${GRAPHRUN_WERROR}>:-Werror>)
 
 if(GRAPHRUN_SANITIZER STREQUAL "address")
@@ -15,6 +17,15 @@ elseif(GRAPHRUN_SANITIZER STREQUAL "thread")
   add_link_options(-fsanitize=thread)
 elseif(NOT GRAPHRUN_SANITIZER STREQUAL "")
   message(FATAL_ERROR "GRAPHRUN_SANITIZER must be '', 'address' or 'thread'")
+endif()
+# Fuzzing: coverage instrumentation for every library; only the targets in
+# tests/fuzz link libFuzzer itself (-fsanitize=fuzzer).
+if(GRAPHRUN_FUZZ)
+  if(NOT CMAKE_CXX_COMPILER_ID STREQUAL "Clang" OR NOT GRAPHRUN_SANITIZER STREQUAL "address")
+    message(FATAL_ERROR "GRAPHRUN_FUZZ needs clang (libFuzzer) and GRAPHRUN_SANITIZER=address; "
+                        "use the fuzz preset")
+  endif()
+  add_compile_options(-fsanitize=fuzzer-no-link)
 endif()
 
 # graphrun_add_test(NAME <name> SOURCES <files...> [DEPS <targets...>] [LABELS <labels...>])

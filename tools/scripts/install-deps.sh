@@ -14,9 +14,17 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-numpy  # tests/tools: cross-checks graphrun's .npy files with NumPy
   clang-format clang-tidy
+  # The Python client test (tests/service/python), run by Debian's /usr/bin/python3.
+  python3-grpcio python3-protobuf
 )
 if [[ "${GRAPHRUN_WITH_TSAN_DEPS:-0}" == 1 ]]; then
   packages+=(dpkg-dev)
+fi
+# The fuzz preset (tools/scripts/fuzz.sh): clang-19 (clang-14 cannot compile
+# libstdc++ 12's ranges), its compiler-rt (libclang_rt.fuzzer and the
+# sanitizer runtimes) and llvm-19 for llvm-symbolizer (readable reports).
+if [[ "${GRAPHRUN_WITH_FUZZ_DEPS:-0}" == 1 ]]; then
+  packages+=(clang-19 libclang-rt-19-dev llvm-19)
 fi
 
 missing=()
