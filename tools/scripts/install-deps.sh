@@ -13,6 +13,7 @@ packages=(
   openssl       # tests/service: a TLS certificate made at test time
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-numpy  # tests/tools: cross-checks graphrun's .npy files with NumPy
+  graphviz       # tests/tools: graphrun dot --svg renders with its dot (about 5 MB)
   clang-format clang-tidy
 )
 if [[ "${GRAPHRUN_WITH_TSAN_DEPS:-0}" == 1 ]]; then
