@@ -256,6 +256,14 @@ TEST_F(CliTest, DotOfTracedPartialRunColoursNodesByCall) {
   EXPECT_THAT(dot.with_class("unexecuted"), UnorderedElementsAre("x", "y"));
   EXPECT_THAT(dot.with_class("feed"), UnorderedElementsAre("feed x:0", "feed y:0"));
   EXPECT_THAT(dot.with_class("legend"), UnorderedElementsAre("legend 1", "legend 2"));
+  int legend_edges = 0;
+  for (const DotEdge& e : dot.edges) {
+    if (e.attrs.at("class") != "legend") continue;
+    ++legend_edges;
+    EXPECT_EQ(e.from + "->" + e.to, "legend 1->legend 2");
+    EXPECT_EQ(e.attrs.at("style"), "invis");
+  }
+  EXPECT_EQ(legend_edges, 1);
   EXPECT_EQ(dot.nodes.at("r2").at("label"), "r2\nMul\ncall 2");
   EXPECT_NE(dot.nodes.at("r1").at("fillcolor"), dot.nodes.at("r2").at("fillcolor"));
   // The nodes of the calls are the needed ones.

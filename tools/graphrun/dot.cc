@@ -245,6 +245,11 @@ std::string graph_to_dot(const Graph& graph, const DotMarks& marks) {
           "fillcolor=\"{}\"];\n",
           k, k, kStepColors[static_cast<std::size_t>(k - 1) % kStepColors.size()]);
     }
+    // Invisible edges keep the boxes in call order.
+    for (int k = 1; k < marks.num_steps; ++k) {
+      out += fmt::format("    \"legend {}\" -> \"legend {}\" [style=invis, class=\"legend\"];\n", k,
+                         k + 1);
+    }
     out += "  }\n";
   }
   out += "}\n";
