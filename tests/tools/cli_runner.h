@@ -53,8 +53,12 @@ class CliTest : public ::testing::Test {
     std::string out;
     std::string err;
   };
-  Outcome run(const std::vector<std::string>& args) {
-    std::string cmd = quote(GRAPHRUN_CLI_BINARY);
+  Outcome run(const std::vector<std::string>& args) { return run_with_env("", args); }
+  // `env`: shell assignments put before the command ("PATH=/nowhere").
+  Outcome run_with_env(const std::string& env, const std::vector<std::string>& args) {
+    std::string cmd = env;
+    if (!cmd.empty()) cmd.push_back(' ');
+    cmd.append(quote(GRAPHRUN_CLI_BINARY));
     // Appended piece by piece: GCC 12 -O3 misreads `" " + quote(a)` as an
     // overlapping memcpy (-Wrestrict).
     for (const std::string& a : args) {

@@ -179,6 +179,27 @@ Status convert_tokens(const ValueLiteral& lit, Tensor& t, std::string_view feed)
   return Status::ok();
 }
 
+// Prints and optionally writes the fetches of one call.
+Status emit_fetches(const std::vector<std::string>& names, const std::vector<Tensor>& values,
+                    const RunArgs& args, std::FILE* out) {
+  for (std::size_t i = 0; i < names.size() && i < values.size(); ++i) {
+    fmt::print(out, "{}\n", format_fetch(names[i], values[i], args.print_limit));
+    if (!args.out_dir.empty()) {
+      const std::filesystem::path path =
+          std::filesystem::path(args.out_dir) / output_file_name(names[i]);
+      GRAPHRUN_RETURN_IF_ERROR(npy::write_file(values[i], path));
+    }
+  }
+  return Status::ok();
+}
+
+template <typename T>
+void append_unique(std::vector<T>& to, const T& v) {
+  if (std::find(to.begin(), to.end(), v) == to.end()) to.push_back(v);
+}
+
+}  // namespace
+
 // Error messages stay on one line.
 std::string one_line(std::string s) {
   std::replace(s.begin(), s.end(), '\n', ' ');
@@ -243,27 +264,6 @@ Status check_target(const Graph& graph, const std::string& name) {
   }
   return Status::ok();
 }
-
-// Prints and optionally writes the fetches of one call.
-Status emit_fetches(const std::vector<std::string>& names, const std::vector<Tensor>& values,
-                    const RunArgs& args, std::FILE* out) {
-  for (std::size_t i = 0; i < names.size() && i < values.size(); ++i) {
-    fmt::print(out, "{}\n", format_fetch(names[i], values[i], args.print_limit));
-    if (!args.out_dir.empty()) {
-      const std::filesystem::path path =
-          std::filesystem::path(args.out_dir) / output_file_name(names[i]);
-      GRAPHRUN_RETURN_IF_ERROR(npy::write_file(values[i], path));
-    }
-  }
-  return Status::ok();
-}
-
-template <typename T>
-void append_unique(std::vector<T>& to, const T& v) {
-  if (std::find(to.begin(), to.end(), v) == to.end()) to.push_back(v);
-}
-
-}  // namespace
 
 Result<ValueLiteral> parse_value_literal(std::string_view text) {
   const std::string_view s = trim(text);

@@ -2,7 +2,8 @@
 // The pieces of the `graphrun` command line that need no process: feed and
 // partial-run step syntax, inline values, printing, output file names, the
 // Chrome trace writer, and the `run` command itself (main.cc only parses
-// arguments with CLI11 and maps the result to an exit code).
+// arguments with CLI11 and maps the result to an exit code; `dot` and
+// `bench` live in dot.h and bench.h).
 // docs/issue-6-cli.md is the user-facing specification.
 //
 // Thread safety: stateless functions; thread-safe for distinct arguments.
@@ -78,6 +79,19 @@ struct TracedCall {
 // execution, thread_name metadata per arena slot, ts/dur in microseconds
 // relative to the earliest start.
 std::string chrome_trace_json(std::span<const TracedCall> calls, std::string_view process_name);
+
+// Shared by the commands (run, dot, bench).
+// `s` with newlines replaced by spaces: error messages stay on one line.
+std::string one_line(std::string s);
+// A JSON string literal (quotes included).
+std::string json_escape(std::string_view s);
+// A feed argument resolved against the graph: the value with the tensor's
+// declared dtype, checked against its declared shape. Errors name the feed.
+Result<Feed> resolve_feed(const Graph& graph, const FeedArg& arg);
+// NotFound / InvalidArgument naming the fetch or target when the graph has
+// no such tensor or node.
+Status check_fetch(const Graph& graph, const std::string& name);
+Status check_target(const Graph& graph, const std::string& name);
 
 // `graphrun run`'s arguments, as given on the command line.
 struct RunArgs {

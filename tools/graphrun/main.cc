@@ -6,7 +6,9 @@
 #include <cstdio>
 #include <string>
 
+#include "tools/graphrun/bench.h"
 #include "tools/graphrun/cli.h"
+#include "tools/graphrun/dot.h"
 
 int main(int argc, char** argv) {
   namespace cli = graphrun::cli;
@@ -37,6 +39,53 @@ int main(int argc, char** argv) {
                   "Elements printed per fetched tensor (0: all)")
       ->capture_default_str();
 
+  cli::DotArgs dot_args;
+  CLI::App* dot = app.add_subcommand(
+      "dot",
+      "Write the graph as Graphviz DOT: the part a signature needs, the calls of a traced "
+      "partial run");
+  dot->add_option("graph", dot_args.graph, "Graph file (.pb binary, .pbtxt text)")->required();
+  dot->add_option("--feed", dot_args.feeds, "Fed tensor name (replaces its producer); repeatable")
+      ->allow_extra_args(false);
+  dot->add_option("--fetch", dot_args.fetches, "Fetched tensor; repeatable")
+      ->allow_extra_args(false);
+  dot->add_option("--target", dot_args.targets, "Target node; repeatable")->allow_extra_args(false);
+  dot->add_option("--trace-partial", dot_args.trace_partial,
+                  "Run a traced partial run, one call per step ('feed x=1; fetch y', as run "
+                  "--partial), and colour nodes by the call that ran them; repeatable")
+      ->allow_extra_args(false);
+  dot->add_option("--init", dot_args.init,
+                  "With --trace-partial: node to run first, untraced; repeatable")
+      ->allow_extra_args(false);
+  dot->add_option("-o,--out", dot_args.out, "Write DOT to this file (default: stdout)");
+  dot->add_option("--svg", dot_args.svg, "Render SVG to this file with Graphviz's dot");
+
+  cli::BenchArgs bench_args;
+  CLI::App* bench = app.add_subcommand(
+      "bench", "Run one signature from many threads on one session: runs/s and latency");
+  bench->add_option("graph", bench_args.graph, "Graph file (.pb binary, .pbtxt text)")->required();
+  bench->add_option("--feed", bench_args.feeds, "NAME=VALUES or NAME=@FILE.npy; repeatable")
+      ->allow_extra_args(false);
+  bench->add_option("--fetch", bench_args.fetches, "Tensor to fetch; repeatable")
+      ->allow_extra_args(false);
+  bench->add_option("--target", bench_args.targets, "Node to run; repeatable")
+      ->allow_extra_args(false);
+  bench->add_option("--init", bench_args.init, "Node to run once first (untimed); repeatable")
+      ->allow_extra_args(false);
+  bench->add_option("--threads", bench_args.threads, "Client threads calling the session")
+      ->capture_default_str();
+  bench->add_option("--runs", bench_args.runs, "Timed runs in total, across all threads (exact)");
+  bench->add_option("--seconds", bench_args.seconds, "Run for this many seconds instead");
+  bench->add_option("--warmup", bench_args.warmup, "Untimed runs per thread before timing")
+      ->capture_default_str();
+  bench
+      ->add_option("--inter-op-threads", bench_args.inter_op_threads,
+                   "Session threads executing kernels (0: one per core)")
+      ->capture_default_str();
+  bench->add_flag("--json", bench_args.json, "Print one JSON object (for scripts)");
+  bench->add_flag("--no-progress", bench_args.no_progress,
+                  "No progress bar (shown only when stderr is a terminal)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -50,5 +99,7 @@ int main(int argc, char** argv) {
     return cli::kExitUsage;
   }
   if (run->parsed()) return cli::run_command(run_args, stdout, stderr);
+  if (dot->parsed()) return cli::dot_command(dot_args, stdout, stderr);
+  if (bench->parsed()) return cli::bench_command(bench_args, stdout, stderr);
   return cli::kExitUsage;
 }

@@ -13,6 +13,7 @@ packages=(
   openssl       # tests/service: a TLS certificate made at test time
   libgtest-dev libgmock-dev libbenchmark-dev
   python3-numpy  # tests/tools: cross-checks graphrun's .npy files with NumPy
+  graphviz       # tests/tools: graphrun dot --svg renders with its dot (about 5 MB)
   clang-format clang-tidy
   # The Python client test (tests/service/python), run by Debian's /usr/bin/python3.
   python3-grpcio python3-protobuf

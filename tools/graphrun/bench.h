@@ -1,0 +1,48 @@
+// File: tools/graphrun/bench.h
+// `graphrun bench`: one signature run from T client threads on one session
+// through a Callable; runs/s and latency percentiles, as text or one JSON
+// object. docs/issue-6-cli.md is the user-facing specification.
+//
+// Thread safety: stateless functions; thread-safe for distinct arguments.
+#pragma once
+
+#include <cstdint>
+#include <cstdio>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace graphrun::cli {
+
+// Latency summary of a sorted (ascending) list of per-run latencies in ns.
+// Percentiles are nearest-rank: pQ = sorted[ceil(Q/100 * n) - 1].
+struct LatencySummary {
+  double min_us = 0;
+  double p50_us = 0;
+  double p90_us = 0;
+  double p99_us = 0;
+  double max_us = 0;
+  double mean_us = 0;
+};
+LatencySummary summarize_latencies(std::span<const int64_t> sorted_ns);
+
+// `graphrun bench`'s arguments, as given on the command line.
+struct BenchArgs {
+  std::string graph;
+  std::vector<std::string> feeds;  // NAME=VALUES or NAME=@FILE.npy
+  std::vector<std::string> fetches;
+  std::vector<std::string> targets;
+  std::vector<std::string> init;
+  int threads = 1;
+  int64_t runs = 0;    // exact total across threads; 0: use seconds
+  double seconds = 0;  // run for this long; 0: use runs
+  int64_t warmup = 1;  // per thread, before timing, not counted
+  int inter_op_threads = 0;
+  bool json = false;
+  bool no_progress = false;
+};
+// Runs the command: the report to `out`, a progress bar to `err` when it is
+// a terminal, one error line to `err`; returns the exit code.
+int bench_command(const BenchArgs& args, std::FILE* out, std::FILE* err);
+
+}  // namespace graphrun::cli
