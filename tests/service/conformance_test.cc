@@ -20,10 +20,13 @@
 #include <type_traits>
 #include <vector>
 
+#include "tests/service/slow_graph.h"
 #include "tests/testing/op_harness.h"
 
 namespace graphrun {
 namespace {
+
+using ::graphrun::testing::slow_graph;
 
 using ::graphrun::testing::IsOk;
 using ::graphrun::testing::IsOkAndHolds;
@@ -338,15 +341,6 @@ TYPED_TEST(ConformanceTest, ErrorsNameTheNodeAsLocally) {
   const auto nothing = [](auto& session) { return session.run({}, {}).status(); };
   EXPECT_EQ(nothing(*s), Status(StatusCode::kInvalidArgument,
                                 "Must specify at least one target to fetch or execute."));
-}
-
-// A chain of matrix products slow enough for any build.
-Graph slow_graph() {
-  Graph g;
-  Output m = ops::Const(g, Tensor::filled(Shape{256, 256}, 0.001f), "m");
-  for (int i = 0; i < 2000; ++i) m = ops::MatMul(g, m, m);
-  ops::Identity(g, m, "slow");
-  return g;
 }
 
 TYPED_TEST(ConformanceTest, TimeoutIsDeadlineExceeded) {

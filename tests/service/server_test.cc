@@ -32,12 +32,15 @@
 #include <thread>
 #include <vector>
 
+#include "tests/service/slow_graph.h"
 #include "tests/testing/op_harness.h"
 
 extern char** environ;
 
 namespace graphrun {
 namespace {
+
+using ::graphrun::testing::slow_graph_def;
 
 using ::graphrun::testing::StatusIs;
 using ::graphrun::testing::TensorEq;
@@ -85,16 +88,6 @@ grpc::Status health_check(grpc::Channel& channel, std::string* response_bytes) {
 v1::GraphDef tiny_graph_def() {
   Graph g;
   ops::Const(g, Tensor(1.0f), "one");
-  return graph_to_graph_def(g).value();
-}
-
-// A chain of matrix products slow enough for any build (seconds optimised,
-// minutes in Debug).
-v1::GraphDef slow_graph_def() {
-  Graph g;
-  Output m = ops::Const(g, Tensor::filled(Shape{256, 256}, 0.001f), "m");
-  for (int i = 0; i < 2000; ++i) m = ops::MatMul(g, m, m);
-  ops::Identity(g, m, "slow");
   return graph_to_graph_def(g).value();
 }
 
@@ -292,7 +285,8 @@ TEST(ServerTest, ShutdownGracePeriodHealthAndCancel) {
   auto channel = grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials());
   auto stub = v1::SessionService::NewStub(channel);
   std::string handle;
-  ASSERT_TRUE(create_session(*stub, slow_graph_def(), &handle).ok());
+  // Long enough to outlast the grace period in an optimised build.
+  ASSERT_TRUE(create_session(*stub, slow_graph_def(8000), &handle).ok());
 
   const grpc::internal::RpcMethod watch_method("/grpc.health.v1.Health/Watch",
                                                grpc::internal::RpcMethod::SERVER_STREAMING);
@@ -312,7 +306,7 @@ TEST(ServerTest, ShutdownGracePeriodHealthAndCancel) {
   const std::string in_flight = "graphrun_rpcs_in_flight{rpc=\"graphrun.v1.SessionService/Run\"}";
   ASSERT_TRUE(await([&] { return sample(server->metrics_text(), in_flight) == "1"; }));
 
-  constexpr auto kGrace = std::chrono::seconds(3);
+  constexpr auto kGrace = std::chrono::seconds(2);
   std::atomic<bool> shut_down{false};
   const auto shutdown_start = Clock::now();
   std::thread stopper([&] {

@@ -1,0 +1,26 @@
+// A graph whose run outlasts the tests that stop a step (deadline, client
+// cancel, stop token, shutdown): a chain of `products` 256x256 MatMuls ending
+// in "slow". Each product is ~1 ms optimised (far more in Debug or under a
+// sanitizer), so a step stops within about that of being told to, and 2000
+// products take seconds. (Import and planning grow faster than linearly
+// with the chain: 20 000 products cost ~20 s before the first one ran.)
+#pragma once
+
+#include <graphrun/graph_def.h>
+#include <graphrun/graphrun.h>
+
+namespace graphrun::testing {
+
+inline Graph slow_graph(int products = 2000) {
+  Graph g;
+  Output m = ops::Const(g, Tensor::filled(Shape{256, 256}, 0.001f), "m");
+  for (int i = 0; i < products; ++i) m = ops::MatMul(g, m, m);
+  ops::Identity(g, m, "slow");
+  return g;
+}
+
+inline v1::GraphDef slow_graph_def(int products = 2000) {
+  return graph_to_graph_def(slow_graph(products)).value();
+}
+
+}  // namespace graphrun::testing
