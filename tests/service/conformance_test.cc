@@ -600,6 +600,35 @@ class GateOp final : public OpKernel {
   }
 };
 
+TEST(RemoteSessionServerTest, TokenAndLimitsAsARemoteSessionSeesThem) {
+  ServerOptions options;
+  options.auth_token = "s3cret-token";
+  options.limits.max_sessions = 1;
+  options.limits.max_tensor_bytes_per_request = 64;
+  auto server = Server::start(options).value();
+  Arith m;
+  // No token, a wrong one: UNAUTHENTICATED, the token never echoed.
+  EXPECT_THAT(RemoteSession::create(server->address(), m.g),
+              StatusIs(StatusCode::kUnauthenticated, ""));
+  RemoteSessionOptions wrong;
+  wrong.bearer_token = "guess";
+  const Status refused = RemoteSession::create(server->address(), m.g, {}, wrong).status();
+  EXPECT_EQ(refused.code(), StatusCode::kUnauthenticated);
+  EXPECT_THAT(refused.message(), ::testing::Not(HasSubstr("guess")));
+  EXPECT_EQ(server->registry().size(), 0u);
+  // The right token; then each limit names itself.
+  RemoteSessionOptions right;
+  right.bearer_token = "s3cret-token";
+  auto s = RemoteSession::create(server->address(), m.g, {}, right);
+  ASSERT_THAT(s, IsOk());
+  EXPECT_THAT((*s)->run({{"x", Tensor(2.0f)}}, {"z"}),
+              IsOkAndHolds(ElementsAre(TensorEq(Tensor(6.0f)))));
+  EXPECT_THAT(RemoteSession::create(server->address(), m.g, {}, right),
+              StatusIs(StatusCode::kResourceExhausted, "limit max_sessions = 1"));
+  EXPECT_THAT((*s)->run({{"x", Tensor::filled(Shape{32}, 1.0f)}}, {"z"}),
+              StatusIs(StatusCode::kResourceExhausted, "limit max_tensor_bytes_per_request = 64"));
+}
+
 TEST_F(RemoteSessionTest, ClientDeadlineBoundsAStuckServer) {
   OpRegistry& registry = OpRegistry::global();
   if (registry.find("ConformanceGate") == nullptr) {
