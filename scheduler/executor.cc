@@ -37,10 +37,8 @@ void tbb_parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_
 }
 
 std::shared_ptr<ThreadPool> pool_for(const SessionOptions& o) {
-  if (o.thread_pool != nullptr) return o.thread_pool;
-  Result<std::shared_ptr<ThreadPool>> pool = ThreadPool::create(o.inter_op_threads);
-  GRAPHRUN_CHECK(pool.is_ok());  // Session::create validated the options
-  return std::move(*pool);
+  GRAPHRUN_CHECK(o.thread_pool != nullptr);  // Session::create made one if none was given
+  return o.thread_pool;
 }
 
 }  // namespace
@@ -76,6 +74,21 @@ SessionImpl::~SessionImpl() {
   });
 }
 
+Status SessionImpl::admission_status(Permits::Outcome outcome) const {
+  switch (outcome) {
+    case Permits::Outcome::kAcquired: return Status::ok();
+    case Permits::Outcome::kDeadline:
+      return deadline_exceeded(
+          "the run's deadline expired while it waited for a thread: all {} of the session's pool "
+          "are busy",
+          pool_->num_threads());
+    case Permits::Outcome::kStopped:
+      return cancelled("the run was cancelled by its caller while it waited for a thread");
+    case Permits::Outcome::kClosed: return session_closed_status();
+  }
+  return internal_error("unknown admission outcome");
+}
+
 Status SessionImpl::check_open() const {
   if (closed_.load(std::memory_order_acquire)) return session_closed_status();
   return Status::ok();
@@ -83,6 +96,8 @@ Status SessionImpl::check_open() const {
 
 Status SessionImpl::close() {
   closed_.store(true, std::memory_order_release);
+  // Calls waiting for a permit of the pool see the flag and return.
+  pool_->impl().wake_waiters();
   for (const std::shared_ptr<PartialRun>& run : open_partial_runs()) {
     run->cancel(session_closed_status());
   }
@@ -180,7 +195,10 @@ Result<PartialRunHandle> SessionImpl::partial_run_setup(const std::vector<Tensor
   // A partial run's deadlines are per call (PartialRun::call's timer).
   const StepControl control = step_control(options.trace, std::nullopt);
   // Started before it is registered: nothing else can reach it meanwhile.
-  run_step(*entry->plan, control.trace, [&] { run->start(control); });
+  const Status admitted =
+      run_step(*entry->plan, control.trace, wait_limits(std::nullopt, options.stop_token),
+               [&] { run->start(control); });
+  if (!admitted.is_ok()) return admitted;  // not started: nothing to end
   bool registered = false;
   {
     std::lock_guard lock(runs_mu_);
@@ -514,7 +532,8 @@ Status SessionImpl::execute(PlanEntry& entry, std::span<const Tensor> feeds, std
     inst = entry.pool.give_back(std::move(inst));  // handed back when the pool is full
     if (inst != nullptr) in_arena([&] { inst.reset(); });
   };
-  run_step(plan, control.trace, step);
+  GRAPHRUN_RETURN_IF_ERROR(
+      run_step(plan, control.trace, wait_limits(control.deadline, options.stop_token), step));
   return status;
 }
 

@@ -88,14 +88,27 @@ class SessionImpl {
   }
   // Runs fn, which drives a step of `plan`: on the caller without entering
   // the arena for a Plan::run_inline plan (unless traced: step statistics
-  // name arena slots), else inside the arena.
+  // name arena slots), else inside the arena. A caller from outside the
+  // arena first waits for a permit of the pool; that wait gives up at
+  // `limits` (the run's deadline, stop token, the session's close()) and
+  // fn does not run: the status says why (DeadlineExceeded, Cancelled).
+  template <typename F>
+  Status run_step(const Plan& plan, bool trace, const WaitLimits& limits, F&& fn) {
+    const Permits::Outcome outcome = plan.run_inline && !trace
+                                         ? pool_->impl().run_inline(limits, std::forward<F>(fn))
+                                         : pool_->impl().execute(limits, std::forward<F>(fn));
+    return admission_status(outcome);
+  }
+  // The same with no limit on the wait (cleanup that must run).
   template <typename F>
   void run_step(const Plan& plan, bool trace, F&& fn) {
-    if (plan.run_inline && !trace) {
-      pool_->impl().run_inline(std::forward<F>(fn));
-    } else {
-      in_arena(std::forward<F>(fn));
-    }
+    static_cast<void>(run_step(plan, trace, WaitLimits{}, std::forward<F>(fn)));
+  }
+  // The limits of a step's wait for a permit: its deadline, `stop`, and
+  // this session's closed flag.
+  WaitLimits wait_limits(std::optional<std::chrono::steady_clock::time_point> deadline,
+                         const std::stop_token& stop) const {
+    return WaitLimits{deadline, stop, &closed_};
   }
   const KernelRuntime& runtime() const { return runtime_; }
   Timer& timer() { return timer_; }
@@ -125,6 +138,8 @@ class SessionImpl {
                                  const std::vector<TargetRef>& targets) const;
   Result<PlanLease> plan_for(const Signature& sig);
   Result<OpKernel*> kernel_for(const Node& node);
+  // Why a wait for a permit gave up, as the step's status (OK: it did not).
+  Status admission_status(Permits::Outcome outcome) const;
   // A new step's control: a fresh step id, this session's flags and pool,
   // and a deadline `timeout` from now if given.
   StepControl step_control(bool trace, std::optional<std::chrono::milliseconds> timeout);

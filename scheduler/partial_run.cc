@@ -74,6 +74,7 @@ void PartialRun::on_ready(int k) {
 }
 
 void PartialRun::on_error() {
+  failing_.store(true);
   const std::size_t n = signature_.fetches.size() + signature_.targets.size();
   for (std::size_t k = 0; k < n; ++k) {
     int expected = 1;
@@ -110,8 +111,9 @@ Result<std::vector<Tensor>> PartialRun::call(const FeedList& feeds,
   std::unique_lock call_lock(call_mu_, std::try_to_lock);
   if (!call_lock.owns_lock()) {
     // Held by a cancellation ending the run (close, cancel_partial_run, the
-    // idle sweep): wait for it and report how the run ended.
-    if (cancels_pending_.load() == 0) {
+    // idle sweep), or by a call that failed or was cancelled and is ending
+    // the run: wait for it and report how the run ended.
+    if (cancels_pending_.load() == 0 && !failing_.load()) {
       return failed_precondition("partial run {} is in use by another call", id_);
     }
     call_lock.lock();
@@ -252,19 +254,26 @@ Result<std::vector<Tensor>> PartialRun::call(const FeedList& feeds,
   auto on_stop = on_stop_requested(options.stop_token, [this] {
     record_error(cancelled("partial run {}: the call was cancelled by its caller", id_));
   });
-  session->run_step(plan_, options.trace && metadata != nullptr, [&] {
-    if (plan_.run_inline) {
-      // Every node the feeds make ready runs before put_feed returns.
-      for (int f : feed_ids) instance_->put_feed(f);
-      return;
-    }
-    for (int k : awaited) install_waiter(k);
-    // seq_cst read after installing (see RunState::record_error): an error
-    // recorded before the handles existed is seen here.
-    if (state.failed()) on_error();
-    for (int f : feed_ids) instance_->put_feed(f);
-    group_->wait();
-  });
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  if (options.timeout) deadline = std::chrono::steady_clock::now() + *options.timeout;
+  const Status admitted =
+      session->run_step(plan_, options.trace && metadata != nullptr,
+                        session->wait_limits(deadline, options.stop_token), [&] {
+                          if (plan_.run_inline) {
+                            // Every node the feeds make ready runs before put_feed returns.
+                            for (int f : feed_ids) instance_->put_feed(f);
+                            return;
+                          }
+                          for (int k : awaited) install_waiter(k);
+                          // seq_cst read after installing (see RunState::record_error): an error
+                          // recorded before the handles existed is seen here.
+                          if (state.failed()) on_error();
+                          for (int f : feed_ids) instance_->put_feed(f);
+                          group_->wait();
+                        });
+  // No permit came in time: the call's deadline, its stop or close() ended
+  // the wait, and ends the run as it would have ended the step.
+  if (!admitted.is_ok()) record_error(admitted);
   if (deadline_timer != 0) session->timer().cancel(deadline_timer);
   on_stop.reset();  // waits for a callback running on another thread
   if (metadata != nullptr && options.trace) state.collect_new_stats(*metadata);

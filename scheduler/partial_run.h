@@ -36,7 +36,11 @@ class PartialRun final : public StepListener {
   ~PartialRun() override;
 
   const std::string& id() const { return id_; }
-  bool is_done() const { return ended_.load(std::memory_order_acquire); }
+  // Complete, or failed or cancelled (also while the call that failed is
+  // still finishing the run's nodes).
+  bool is_done() const { return ended_.load(std::memory_order_acquire) || failing_.load(); }
+  // The run has ended and let go of its instance.
+  bool is_ended() const { return ended_.load(std::memory_order_acquire); }
 
   // Borrows an instance and starts every node that needs no feed. Called
   // once, through SessionImpl::run_step.
@@ -97,6 +101,9 @@ class PartialRun final : public StepListener {
   std::vector<char> fetched_;  // per fetch; guarded by call_mu_
   Status end_status_;          // guarded by call_mu_; why the run ended
   std::atomic<bool> ended_{false};
+  // An error or a cancellation was recorded in the step: the run will end
+  // (by the call in progress, or the next call or cancel()).
+  std::atomic<bool> failing_{false};
   // cancel() calls taking call_mu_ to end the run.
   std::atomic<int> cancels_pending_{0};
 

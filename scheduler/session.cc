@@ -15,6 +15,15 @@ Result<std::unique_ptr<Session>> Session::create(const Graph& graph, SessionOpti
     return invalid_argument("SessionOptions::inter_op_threads must be >= 0, got {}",
                             options.inter_op_threads);
   }
+  if (options.thread_pool == nullptr) {
+    if (options.inter_op_threads > ThreadPool::max_threads()) {
+      return invalid_argument(
+          "SessionOptions::inter_op_threads = {} exceeds the limit of {} "
+          "(ThreadPool::max_threads(): {} per core)",
+          options.inter_op_threads, ThreadPool::max_threads(), ThreadPool::kMaxThreadsPerCore);
+    }
+    GRAPHRUN_ASSIGN_OR_RETURN(options.thread_pool, ThreadPool::create(options.inter_op_threads));
+  }
   auto impl = std::make_unique<sched::SessionImpl>(graph.clone(), options);
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
@@ -81,7 +90,7 @@ PartialRunHandle& PartialRunHandle::operator=(PartialRunHandle&& other) noexcept
   return *this;
 }
 PartialRunHandle::~PartialRunHandle() {
-  if (run_ != nullptr && !run_->is_done()) {
+  if (run_ != nullptr && !run_->is_ended()) {
     run_->cancel(cancelled("partial run {} was abandoned", run_->id()));
   }
 }

@@ -29,11 +29,20 @@ struct ThreadPool::Impl {
   //   as one is free.
   template <typename F>
   void execute(F&& fn) {
-    const Admission admitted(this);
+    static_cast<void>(execute(sched::WaitLimits{}, std::forward<F>(fn)));
+  }
+  // The same, but the wait for a permit gives up at `limits` (a deadline,
+  // a stop request, a closed session): fn does not run and the outcome
+  // says why. kAcquired: fn ran.
+  template <typename F>
+  sched::Permits::Outcome execute(const sched::WaitLimits& limits, F&& fn) {
+    const Admission admitted(this, limits);
+    if (admitted.outcome() != sched::Permits::Outcome::kAcquired) return admitted.outcome();
     arena.execute([&] {
       const Inside inside(this);
       fn();
     });
+    return sched::Permits::Outcome::kAcquired;
   }
 
   // Runs `fn` on the calling thread without entering the arena, under the
@@ -41,11 +50,17 @@ struct ThreadPool::Impl {
   // `fn` must not spawn work; what it needs from the arena (parallel_for,
   // building a flow graph) goes through execute().
   template <typename F>
-  void run_inline(F&& fn) {
-    const Admission admitted(this);
+  sched::Permits::Outcome run_inline(const sched::WaitLimits& limits, F&& fn) {
+    const Admission admitted(this, limits);
+    if (admitted.outcome() != sched::Permits::Outcome::kAcquired) return admitted.outcome();
     const Inside inside(this);
     fn();
+    return sched::Permits::Outcome::kAcquired;
   }
+
+  // Wakes callers waiting for a permit to re-check their limits (a
+  // session's closed flag was set).
+  void wake_waiters() { permits_.wake_all(); }
 
   const int threads;
   tbb::task_arena arena;
@@ -54,17 +69,23 @@ struct ThreadPool::Impl {
   // Holds a permit for its scope unless the thread is already inside.
   class Admission {
    public:
-    explicit Admission(Impl* pool) : pool_(current != pool ? pool : nullptr) {
-      if (pool_ != nullptr) pool_->permits_.acquire();
+    Admission(Impl* pool, const sched::WaitLimits& limits)
+        : pool_(current != pool ? pool : nullptr) {
+      if (pool_ != nullptr) {
+        outcome_ = pool_->permits_.acquire(limits);
+        if (outcome_ != sched::Permits::Outcome::kAcquired) pool_ = nullptr;
+      }
     }
     ~Admission() {
       if (pool_ != nullptr) pool_->permits_.release();
     }
     Admission(const Admission&) = delete;
     Admission& operator=(const Admission&) = delete;
+    sched::Permits::Outcome outcome() const { return outcome_; }
 
    private:
     Impl* pool_;
+    sched::Permits::Outcome outcome_ = sched::Permits::Outcome::kAcquired;
   };
 
   sched::Permits permits_;

@@ -49,7 +49,7 @@ bool ascii_iequal(std::string_view a, std::string_view b) {
 // method works on every listener (insecure, TLS, unix), unlike an
 // AuthMetadataProcessor, which needs secure credentials.
 // Thread safety: thread-safe. Borrows `inner`.
-class GuardedService final : public v1::SessionService::CallbackService {
+class GuardedService final : public RawSessionService {
  public:
   GuardedService(SessionServiceImpl& inner, std::string token)
       : inner_(inner), token_(std::move(token)) {}
@@ -59,25 +59,26 @@ class GuardedService final : public v1::SessionService::CallbackService {
     draining_.store(true, std::memory_order_release);  // pairs with check()'s acquire
   }
 
-#define GRAPHRUN_GUARDED(Method, Request, Response)                                               \
-  grpc::ServerUnaryReactor* Method(grpc::CallbackServerContext* context,                          \
-                                   const v1::Request* request, v1::Response* response) override { \
-    grpc::Status status = check(*context);                                                        \
-    if (!status.ok()) {                                                                           \
-      grpc::ServerUnaryReactor* reactor = context->DefaultReactor();                              \
-      reactor->Finish(status);                                                                    \
-      return reactor;                                                                             \
-    }                                                                                             \
-    return inner_.Method(context, request, response);                                             \
+#define GRAPHRUN_GUARDED(Method)                                                                \
+  grpc::ServerUnaryReactor* Method(grpc::CallbackServerContext* context,                        \
+                                   const grpc::ByteBuffer* request, grpc::ByteBuffer* response) \
+      override {                                                                                \
+    grpc::Status status = check(*context);                                                      \
+    if (!status.ok()) {                                                                         \
+      grpc::ServerUnaryReactor* reactor = context->DefaultReactor();                            \
+      reactor->Finish(status);                                                                  \
+      return reactor;                                                                           \
+    }                                                                                           \
+    return inner_.Method(context, request, response);                                           \
   }
-  GRAPHRUN_GUARDED(CreateSession, CreateSessionRequest, CreateSessionResponse)
-  GRAPHRUN_GUARDED(ExtendSession, ExtendSessionRequest, ExtendSessionResponse)
-  GRAPHRUN_GUARDED(Run, RunRequest, RunResponse)
-  GRAPHRUN_GUARDED(PartialRunSetup, PartialRunSetupRequest, PartialRunSetupResponse)
-  GRAPHRUN_GUARDED(PartialRun, PartialRunRequest, RunResponse)
-  GRAPHRUN_GUARDED(CancelPartialRun, CancelPartialRunRequest, CancelPartialRunResponse)
-  GRAPHRUN_GUARDED(CloseSession, CloseSessionRequest, CloseSessionResponse)
-  GRAPHRUN_GUARDED(ListSessions, ListSessionsRequest, ListSessionsResponse)
+  GRAPHRUN_GUARDED(CreateSession)
+  GRAPHRUN_GUARDED(ExtendSession)
+  GRAPHRUN_GUARDED(Run)
+  GRAPHRUN_GUARDED(PartialRunSetup)
+  GRAPHRUN_GUARDED(PartialRun)
+  GRAPHRUN_GUARDED(CancelPartialRun)
+  GRAPHRUN_GUARDED(CloseSession)
+  GRAPHRUN_GUARDED(ListSessions)
 #undef GRAPHRUN_GUARDED
 
  private:

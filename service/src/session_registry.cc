@@ -149,6 +149,12 @@ std::size_t SessionRegistry::close_idle_sessions() {
   return idle.size();
 }
 
+int SessionRegistry::max_inter_op_threads() const {
+  const int limit = limits_.max_inter_op_threads > 0 ? limits_.max_inter_op_threads
+                                                     : ThreadPool::default_threads();
+  return std::min(limit, ThreadPool::max_threads());
+}
+
 Status SessionRegistry::check_request_bytes(int64_t bytes) const {
   if (bytes > limits_.max_tensor_bytes_per_request) {
     return resource_exhausted(
@@ -192,6 +198,12 @@ Result<SessionRegistry::Created> SessionRegistry::create(const v1::GraphDef& gra
   {
     const std::lock_guard lock(mu_);
     if (sessions_.size() >= limits_.max_sessions) return full();
+  }
+  if (options.thread_pool == nullptr && options.inter_op_threads > max_inter_op_threads()) {
+    return invalid_argument(
+        "SessionOptions::inter_op_threads = {} exceeds this server's limit of {} "
+        "(max_inter_op_threads)",
+        options.inter_op_threads, max_inter_op_threads());
   }
   GRAPHRUN_RETURN_IF_ERROR(check_graph_nodes(graph_def.node_size()));
   GRAPHRUN_ASSIGN_OR_RETURN(Graph graph, graph_from_graph_def(graph_def));
@@ -312,6 +324,14 @@ Result<std::vector<Tensor>> SessionRegistry::partial_run(
   GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<Entry> entry, find(handle));
   GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<PartialRunHandle> run,
                             entry->find_partial_run(partial_run_id));
+  if (run->is_done()) {
+    // Failed or cancelled (perhaps by a call still finishing it): gone for
+    // the client at once, as after the call that ended it.
+    const std::lock_guard lock(entry->mu);
+    const auto it = entry->partial_runs.find(partial_run_id);
+    if (it != entry->partial_runs.end() && it->second == run) entry->partial_runs.erase(it);
+    return not_found("partial run '{}' not found in session '{}'", partial_run_id, handle);
+  }
   GRAPHRUN_RETURN_IF_ERROR(check_feed_bytes(*this, feeds));
   Result<std::vector<Tensor>> out = entry->session->partial_run(
       *run, feed_list(feeds), tensor_refs(fetches), target_refs(targets), options, metadata);

@@ -1,154 +1,123 @@
 #include <fmt/format.h>
-#include <graphrun/graph_def.h>
 #include <graphrun/session_service.h>
+#include <grpcpp/support/proto_buffer_reader.h>
+#include <grpcpp/support/proto_buffer_writer.h>
 
 #include "service/src/call_executor.h"
+#include "service/src/request_handler.h"
 
-#include <algorithm>
 #include <chrono>
-#include <limits>
+#include <memory>
 #include <optional>
 #include <stop_token>
 #include <utility>
-#include <vector>
 
 namespace graphrun {
 namespace {
 
-grpc::ServerUnaryReactor* finish(grpc::CallbackServerContext* context, const Status& status) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(to_grpc_status(status));
-  return reactor;
-}
+using service_internal::CallContext;
+using service_internal::Method;
+using service_internal::RequestHandler;
 
-// The bytes a TensorProto decodes to, computed before decoding (a single
-// typed value may ask for any shape). Saturates past kMaxTensorProtoBytes;
-// malformed shapes count 0 and fail in tensor_from_proto.
-int64_t proto_tensor_bytes(const v1::TensorProto& proto) {
-  if (!proto.tensor_content().empty()) return static_cast<int64_t>(proto.tensor_content().size());
-  int64_t size = 8;
-  switch (proto.dtype()) {
-    case v1::DT_BOOL: size = 1; break;
-    case v1::DT_FLOAT:
-    case v1::DT_INT32: size = 4; break;
-    default: break;
-  }
-  int64_t bytes = size;
-  for (const auto& dim : proto.tensor_shape().dim()) {
-    if (dim.size() <= 0) return 0;
-    if (bytes > kMaxTensorProtoBytes / dim.size()) return kMaxTensorProtoBytes + 1;
-    bytes *= dim.size();
-  }
-  return bytes;
-}
-
-template <typename Feeds>
-Result<NamedTensors> decode_feeds(const SessionRegistry& registry, const Feeds& feeds) {
-  int64_t bytes = 0;
-  for (const v1::NamedTensorProto& feed : feeds) {
-    bytes = std::min(bytes + proto_tensor_bytes(feed.tensor()), kMaxTensorProtoBytes + 1);
-  }
-  GRAPHRUN_RETURN_IF_ERROR(registry.check_request_bytes(bytes));
-  NamedTensors out;
-  out.reserve(static_cast<std::size_t>(feeds.size()));
-  for (const v1::NamedTensorProto& feed : feeds) {
-    Result<Tensor> value = tensor_from_proto(feed.tensor());
-    if (!value.is_ok()) return value.status().with_prefix(fmt::format("feed '{}'", feed.name()));
-    out.emplace_back(feed.name(), std::move(value).value());
-  }
-  return out;
-}
-
-std::vector<std::string> names(const google::protobuf::RepeatedPtrField<std::string>& field) {
-  return {field.begin(), field.end()};
-}
-
-// The request's options, with the call's deadline as a timeout when it is
-// sooner than the request's own.
-RunOptions run_options(const grpc::CallbackServerContext& context, const v1::RunOptions& proto) {
-  RunOptions options;
-  options.trace = proto.trace();
-  if (proto.timeout_ms() > 0) options.timeout = std::chrono::milliseconds(proto.timeout_ms());
-  const auto deadline = context.deadline();
-  if (deadline != std::chrono::system_clock::time_point::max()) {
-    const auto left = std::max(
-        std::chrono::ceil<std::chrono::milliseconds>(deadline - std::chrono::system_clock::now()),
-        std::chrono::milliseconds(0));
-    if (!options.timeout || left < *options.timeout) options.timeout = left;
-  }
-  return options;
-}
-
-v1::TensorShapeProto shape_to_proto(const Shape& shape) {
-  v1::TensorShapeProto proto;
-  if (shape.is_unknown_rank()) {
-    proto.set_unknown_rank(true);
-    return proto;
-  }
-  for (int i = 0; i < shape.rank(); ++i) proto.add_dim()->set_size(shape.dim(i));
-  return proto;
-}
-
-void encode_response(const std::vector<std::string>& fetches, const std::vector<Tensor>& values,
-                     const RunMetadata& metadata, bool trace, v1::RunResponse* response) {
-  for (std::size_t i = 0; i < fetches.size() && i < values.size(); ++i) {
-    v1::NamedTensorProto* out = response->add_tensor();
-    out->set_name(fetches[i]);
-    *out->mutable_tensor() = tensor_to_proto(values[i]);
-  }
-  if (!trace) return;
-  v1::StepStats* stats = response->mutable_metadata()->mutable_step_stats();
-  for (const NodeExecStats& node : metadata.step_stats) {
-    v1::NodeExecStats* out = stats->add_node_stats();
-    out->set_node(node.node);
-    out->set_op(node.op);
-    out->set_start_ns(node.start_ns);
-    out->set_end_ns(node.end_ns);
-    out->set_thread(node.thread);
-    for (const Shape& shape : node.output_shapes) *out->add_output_shapes() = shape_to_proto(shape);
-    out->set_output_bytes(node.output_bytes);
-  }
-}
-
-// The reactor of a Run or PartialRun call: a client's cancellation (or its
-// deadline passing) requests a stop on the step's RunOptions::stop_token.
-class StepReactor final : public grpc::ServerUnaryReactor {
+// The reactor of a call: a client's cancellation (or its deadline passing)
+// requests a stop on the step's RunOptions::stop_token.
+class StopReactor final : public grpc::ServerUnaryReactor {
  public:
   std::stop_token stop_token() const { return stop_.get_token(); }
   void OnCancel() override { stop_.request_stop(); }
-  void OnDone() override { delete this; }  // after Finish; the step is over
+  void OnDone() override { delete this; }  // after Finish; the call is over
 
  private:
   std::stop_source stop_;
 };
 
-// Run and PartialRun, on an executor thread: decode the feeds, run `step`
-// (feeds, fetches, options, metadata or null) with the call's options and
-// stop token, encode the fetches in request order and, when tracing, the
-// step statistics. The reactor is returned at once so that gRPC can deliver
-// the client's cancellation while the step runs.
-template <typename Request, typename Step>
-grpc::ServerUnaryReactor* serve_step(service_internal::CallExecutor& executor,
-                                     const SessionRegistry& registry,
-                                     grpc::CallbackServerContext* context, const Request* request,
-                                     v1::RunResponse* response, Step step) {
-  auto* reactor = new StepReactor();
-  // The context, request and response live until the reactor's OnDone,
-  // which comes after Finish.
-  executor.submit([&registry, context, request, response, reactor, step = std::move(step)] {
-    const Status status = [&]() -> Status {
-      GRAPHRUN_ASSIGN_OR_RETURN(NamedTensors feeds, decode_feeds(registry, request->feed()));
-      const std::vector<std::string> fetches = names(request->fetch());
-      RunOptions options = run_options(*context, request->options());
-      options.stop_token = reactor->stop_token();
-      RunMetadata metadata;
-      GRAPHRUN_ASSIGN_OR_RETURN(std::vector<Tensor> out,
-                                step(feeds, fetches, options, options.trace ? &metadata : nullptr));
-      encode_response(fetches, out, metadata, options.trace, response);
-      return Status::ok();
-    }();
-    reactor->Finish(to_grpc_status(status));
-  });
+CallContext call_context(const grpc::CallbackServerContext& context, std::stop_token stop) {
+  CallContext call;
+  const auto deadline = context.deadline();
+  if (deadline != std::chrono::system_clock::time_point::max()) call.deadline = deadline;
+  call.stop = std::move(stop);
+  return call;
+}
+
+// The handler's answer as the call's status, the response serialized into
+// `response` when OK.
+grpc::Status finish_answer(Method method,
+                           const Result<std::unique_ptr<google::protobuf::Message>>& out,
+                           grpc::ByteBuffer* response) {
+  if (!out.is_ok()) return to_grpc_status(out.status());
+  bool own_buffer = false;
+  grpc::Status serialized =
+      grpc::GenericSerialize<grpc::ProtoBufferWriter, google::protobuf::Message>(**out, response,
+                                                                                 &own_buffer);
+  if (!serialized.ok()) {
+    return {grpc::StatusCode::INTERNAL,
+            fmt::format("the {} response could not be serialized: {}",
+                        service_internal::method_name(method), serialized.error_message())};
+  }
+  return grpc::Status::OK;
+}
+
+// Parses, handles and answers one call; `response` is the call's buffer.
+// Never throws.
+grpc::Status answer(RequestHandler& handler, Method method, const grpc::ByteBuffer* request,
+                    grpc::ByteBuffer* response, const CallContext& call) noexcept {
+  try {
+    Result<std::unique_ptr<google::protobuf::Message>> out = internal_error("not handled");
+    if (!request->Valid()) {
+      // No payload at all: an empty message.
+      out = handler.handle(method, std::string_view(), call);
+      return finish_answer(method, out, response);
+    }
+    grpc::ByteBuffer copy(*request);  // ProtoBufferReader wants a mutable buffer; shares slices
+    grpc::ProtoBufferReader reader(&copy);
+    if (!reader.status().ok()) {
+      return {grpc::StatusCode::INVALID_ARGUMENT,
+              fmt::format("the {} request could not be read: {}",
+                          service_internal::method_name(method), reader.status().error_message())};
+    }
+    out = handler.handle(method, reader, static_cast<int64_t>(request->Length()), call);
+    return finish_answer(method, out, response);
+  } catch (const std::bad_alloc&) {
+    return {grpc::StatusCode::RESOURCE_EXHAUSTED,
+            fmt::format("{}: the server ran out of memory", service_internal::method_name(method))};
+  } catch (const std::exception& e) {
+    return {grpc::StatusCode::INTERNAL,
+            fmt::format("{}: {}", service_internal::method_name(method), e.what())};
+  } catch (...) {
+    return {grpc::StatusCode::INTERNAL,
+            fmt::format("{}: an unknown exception", service_internal::method_name(method))};
+  }
+}
+
+// A short RPC, answered on the gRPC callback thread.
+grpc::ServerUnaryReactor* answer_now(RequestHandler& handler, Method method,
+                                     grpc::CallbackServerContext* context,
+                                     const grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(answer(handler, method, request, response, call_context(*context, {})));
+  return reactor;
+}
+
+// Run and PartialRun, on an executor thread. The reactor is returned at
+// once so that gRPC can deliver the client's cancellation while the step
+// runs; the context, request and response live until the reactor's OnDone,
+// which comes after Finish.
+grpc::ServerUnaryReactor* answer_later(RequestHandler& handler,
+                                       service_internal::CallExecutor& executor, Method method,
+                                       grpc::CallbackServerContext* context,
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) {
+  auto* reactor = new StopReactor();
+  try {
+    executor.submit([&handler, method, context, request, response, reactor] {
+      reactor->Finish(answer(handler, method, request, response,
+                             call_context(*context, reactor->stop_token())));
+    });
+  } catch (const std::exception& e) {
+    reactor->Finish({grpc::StatusCode::RESOURCE_EXHAUSTED,
+                     fmt::format("{}: the server could not queue the call: {}",
+                                 service_internal::method_name(method), e.what())});
+  }
   return reactor;
 }
 
@@ -182,108 +151,37 @@ grpc::Status to_grpc_status(const Status& status) {
 }
 
 SessionServiceImpl::SessionServiceImpl(SessionRegistry& registry, std::size_t max_step_threads)
-    : registry_(registry),
+    : handler_(std::make_unique<RequestHandler>(registry)),
       executor_(std::make_unique<service_internal::CallExecutor>(max_step_threads)) {}
 
-SessionServiceImpl::~SessionServiceImpl() = default;
+// The executor first: its destructor runs and waits for the queued steps,
+// which use the handler.
+SessionServiceImpl::~SessionServiceImpl() { executor_.reset(); }
 
-grpc::ServerUnaryReactor* SessionServiceImpl::CreateSession(grpc::CallbackServerContext* context,
-                                                            const v1::CreateSessionRequest* request,
-                                                            v1::CreateSessionResponse* response) {
-  SessionOptions options;
-  const v1::SessionConfig& config = request->config();
-  if (config.inter_op_threads() < 0 || config.plan_cache_capacity() < 0 ||
-      config.max_open_partial_runs() < 0 || config.partial_run_idle_timeout_ms() < 0) {
-    return finish(context, invalid_argument("SessionConfig fields must not be negative"));
+#define GRAPHRUN_ANSWER_NOW(Name)                                                          \
+  grpc::ServerUnaryReactor* SessionServiceImpl::Name(grpc::CallbackServerContext* context, \
+                                                     const grpc::ByteBuffer* request,      \
+                                                     grpc::ByteBuffer* response) {         \
+    return answer_now(*handler_, Method::k##Name, context, request, response);             \
   }
-  options.inter_op_threads = config.inter_op_threads();
-  if (config.plan_cache_capacity() > 0) {
-    options.plan_cache_capacity = static_cast<std::size_t>(config.plan_cache_capacity());
-  }
-  if (config.max_open_partial_runs() > 0) {
-    options.max_open_partial_runs = static_cast<std::size_t>(config.max_open_partial_runs());
-  }
-  if (config.partial_run_idle_timeout_ms() > 0) {
-    options.partial_run_idle_timeout =
-        std::chrono::milliseconds(config.partial_run_idle_timeout_ms());
-  }
-  Result<SessionRegistry::Created> created = registry_.create(request->graph_def(), options);
-  if (!created.is_ok()) return finish(context, created.status());
-  response->set_session_handle(created->handle);
-  response->set_graph_version(created->graph_version);
-  return finish(context, Status::ok());
-}
-
-grpc::ServerUnaryReactor* SessionServiceImpl::ExtendSession(grpc::CallbackServerContext* context,
-                                                            const v1::ExtendSessionRequest* request,
-                                                            v1::ExtendSessionResponse* response) {
-  Result<int64_t> version = registry_.extend(request->session_handle(), request->graph_def(),
-                                             request->current_graph_version());
-  if (!version.is_ok()) return finish(context, version.status());
-  response->set_new_graph_version(*version);
-  return finish(context, Status::ok());
-}
+GRAPHRUN_ANSWER_NOW(CreateSession)
+GRAPHRUN_ANSWER_NOW(ExtendSession)
+GRAPHRUN_ANSWER_NOW(PartialRunSetup)
+GRAPHRUN_ANSWER_NOW(CancelPartialRun)
+GRAPHRUN_ANSWER_NOW(CloseSession)
+GRAPHRUN_ANSWER_NOW(ListSessions)
+#undef GRAPHRUN_ANSWER_NOW
 
 grpc::ServerUnaryReactor* SessionServiceImpl::Run(grpc::CallbackServerContext* context,
-                                                  const v1::RunRequest* request,
-                                                  v1::RunResponse* response) {
-  return serve_step(
-      *executor_, registry_, context, request, response,
-      [this, request](const NamedTensors& feeds, const std::vector<std::string>& fetches,
-                      const RunOptions& options, RunMetadata* metadata) {
-        return registry_.run(request->session_handle(), feeds, fetches, names(request->target()),
-                             options, metadata);
-      });
-}
-
-grpc::ServerUnaryReactor* SessionServiceImpl::PartialRunSetup(
-    grpc::CallbackServerContext* context, const v1::PartialRunSetupRequest* request,
-    v1::PartialRunSetupResponse* response) {
-  Result<std::string> id = registry_.partial_run_setup(
-      request->session_handle(), names(request->feed()), names(request->fetch()),
-      names(request->target()), run_options(*context, request->options()));
-  if (!id.is_ok()) return finish(context, id.status());
-  response->set_partial_run_handle(*id);
-  return finish(context, Status::ok());
+                                                  const grpc::ByteBuffer* request,
+                                                  grpc::ByteBuffer* response) {
+  return answer_later(*handler_, *executor_, Method::kRun, context, request, response);
 }
 
 grpc::ServerUnaryReactor* SessionServiceImpl::PartialRun(grpc::CallbackServerContext* context,
-                                                         const v1::PartialRunRequest* request,
-                                                         v1::RunResponse* response) {
-  return serve_step(
-      *executor_, registry_, context, request, response,
-      [this, request](const NamedTensors& feeds, const std::vector<std::string>& fetches,
-                      const RunOptions& options, RunMetadata* metadata) {
-        return registry_.partial_run(request->session_handle(), request->partial_run_handle(),
-                                     feeds, fetches, names(request->target()), options, metadata);
-      });
-}
-
-grpc::ServerUnaryReactor* SessionServiceImpl::CancelPartialRun(
-    grpc::CallbackServerContext* context, const v1::CancelPartialRunRequest* request,
-    v1::CancelPartialRunResponse* /*response*/) {
-  return finish(context, registry_.cancel_partial_run(request->session_handle(),
-                                                      request->partial_run_handle()));
-}
-
-grpc::ServerUnaryReactor* SessionServiceImpl::CloseSession(grpc::CallbackServerContext* context,
-                                                           const v1::CloseSessionRequest* request,
-                                                           v1::CloseSessionResponse* /*response*/) {
-  return finish(context, registry_.close(request->session_handle()));
-}
-
-grpc::ServerUnaryReactor* SessionServiceImpl::ListSessions(
-    grpc::CallbackServerContext* context, const v1::ListSessionsRequest* /*request*/,
-    v1::ListSessionsResponse* response) {
-  for (const SessionInfo& info : registry_.list()) {
-    v1::SessionInfo* out = response->add_sessions();
-    out->set_session_handle(info.handle);
-    out->set_graph_version(info.graph_version);
-    out->set_num_nodes(info.num_nodes);
-    out->set_open_partial_runs(info.open_partial_runs);
-    out->set_idle_ms(info.idle.count());
-  }
-  return finish(context, Status::ok());
+                                                         const grpc::ByteBuffer* request,
+                                                         grpc::ByteBuffer* response) {
+  return answer_later(*handler_, *executor_, Method::kPartialRun, context, request, response);
 }
 
 }  // namespace graphrun

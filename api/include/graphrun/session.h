@@ -69,8 +69,20 @@ class PartialRun;
 // keeps it alive.
 class ThreadPool {
  public:
-  // `threads` = 0: one per core.
+  // `threads` = 0: one per core. InvalidArgument for a negative count or
+  // one above max_threads().
   static Result<std::shared_ptr<ThreadPool>> create(int threads = 0);
+  // The largest pool create() (and SessionOptions::inter_op_threads)
+  // accepts: kMaxThreadsPerCore per core the process may use (oneTBB's
+  // default concurrency), at least kMinMaxThreads. Each thread costs a
+  // stack and a oneTBB slot; far more threads than cores only add
+  // switching (kernels that block belong on fewer, longer steps).
+  static int max_threads();
+  // The size of a pool created with 0 threads: one per core the process
+  // may use (oneTBB's default concurrency).
+  static int default_threads();
+  static constexpr int kMaxThreadsPerCore = 4;
+  static constexpr int kMinMaxThreads = 8;
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
@@ -86,7 +98,8 @@ class ThreadPool {
 
 struct SessionOptions {
   // Threads executing kernels (inter- and intra-op share them); 0 = all
-  // cores. The session owns a pool of this size unless `thread_pool` is set.
+  // cores; at most ThreadPool::max_threads(). The session owns a pool of
+  // this size unless `thread_pool` is set.
   int inter_op_threads = 0;
   // A pool shared with other sessions (inter_op_threads is then ignored).
   std::shared_ptr<ThreadPool> thread_pool;

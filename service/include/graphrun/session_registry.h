@@ -49,6 +49,10 @@ struct ServiceLimits {
   int64_t max_tensor_bytes_per_request = int64_t{256} << 20;
   // Nodes in one session's graph (at create and after each extend).
   int64_t max_graph_nodes = 1'000'000;
+  // Threads one session may ask for (SessionOptions::inter_op_threads,
+  // SessionConfig.inter_op_threads). 0: one per core
+  // (ThreadPool::default_threads()). At most ThreadPool::max_threads().
+  int max_inter_op_threads = 0;
   // A session with no call in progress and none for this long is closed
   // (a later call with its handle is NotFound saying so). 0: never.
   std::chrono::milliseconds session_idle_timeout{0};
@@ -86,6 +90,9 @@ class SessionRegistry {
   SessionRegistry& operator=(const SessionRegistry&) = delete;
 
   const ServiceLimits& limits() const { return limits_; }
+  // limits().max_inter_op_threads resolved: 0 becomes the core count, and
+  // the result is at most ThreadPool::max_threads().
+  int max_inter_op_threads() const;
 
   struct Created {
     std::string handle;  // "s-" + 32 hex digits (128 bits from getrandom)
@@ -93,7 +100,8 @@ class SessionRegistry {
   };
   // Imports `graph_def` (graph_from_graph_def's rules and errors) and opens
   // a session on it with `options` (max_open_partial_runs capped by the
-  // limit). ResourceExhausted when max_sessions are open.
+  // limit). ResourceExhausted when max_sessions are open; InvalidArgument
+  // when options.inter_op_threads is above max_inter_op_threads().
   Result<Created> create(const v1::GraphDef& graph_def, SessionOptions options = {});
 
   // The session behind `handle`, kept alive by the returned pointer even if

@@ -14,7 +14,8 @@
 // Run and PartialRun steps run on threads of the service's own (a handler
 // returns its reactor at once, so that gRPC can deliver a cancellation and
 // its callback threads never block); the other RPCs are short and run on
-// the gRPC callback thread.
+// the gRPC callback thread. The handling itself (parsing with limits,
+// checks, the registry call) is transport-free (service/src/request_handler.h).
 //
 // Most users want graphrun/server.h, which builds a configured server
 // around this service.
@@ -34,6 +35,7 @@ namespace graphrun {
 
 namespace service_internal {
 class CallExecutor;
+class RequestHandler;
 }  // namespace service_internal
 
 // Longest status message sent to a client. gRPC carries the message in
@@ -52,12 +54,31 @@ std::string cap_status_message(std::string_view message,
 // Thread-safe.
 grpc::Status to_grpc_status(const Status& status);
 
+// The SessionService with every method on raw bytes (grpc::ByteBuffer):
+// requests are parsed by the service itself, with explicit limits, so that
+// an unparseable request is INVALID_ARGUMENT saying why (gRPC's own
+// deserialization answers UNIMPLEMENTED with no message).
+using RawSessionService = v1::SessionService::WithRawCallbackMethod_CreateSession<
+    v1::SessionService::WithRawCallbackMethod_ExtendSession<
+        v1::SessionService::WithRawCallbackMethod_Run<
+            v1::SessionService::WithRawCallbackMethod_PartialRunSetup<
+                v1::SessionService::WithRawCallbackMethod_PartialRun<
+                    v1::SessionService::WithRawCallbackMethod_CancelPartialRun<
+                        v1::SessionService::WithRawCallbackMethod_CloseSession<
+                            v1::SessionService::WithRawCallbackMethod_ListSessions<
+                                v1::SessionService::Service>>>>>>>>;
+
 // The service. Register it with a grpc::ServerBuilder (RegisterService).
+// Every request is parsed with a nesting limit of 100 (and the server's
+// message size limit); a request that does not parse is INVALID_ARGUMENT
+// naming the message and, when protobuf says it, the reason (a string
+// field with invalid UTF-8 names the field). No exception leaves a
+// handler: each becomes a status with a message.
 // Thread safety: thread-safe; gRPC calls its methods from many threads at
 // once. Borrows `registry`, which must outlive the server it is registered
 // with. Destroy the service after the server (its destructor waits for the
 // steps still running).
-class SessionServiceImpl final : public v1::SessionService::CallbackService {
+class SessionServiceImpl final : public RawSessionService {
  public:
   // Steps of at most `max_step_threads` calls run at once; more queue.
   explicit SessionServiceImpl(SessionRegistry& registry, std::size_t max_step_threads = 256);
@@ -65,32 +86,20 @@ class SessionServiceImpl final : public v1::SessionService::CallbackService {
   SessionServiceImpl(const SessionServiceImpl&) = delete;
   SessionServiceImpl& operator=(const SessionServiceImpl&) = delete;
 
-  grpc::ServerUnaryReactor* CreateSession(grpc::CallbackServerContext* context,
-                                          const v1::CreateSessionRequest* request,
-                                          v1::CreateSessionResponse* response) override;
-  grpc::ServerUnaryReactor* ExtendSession(grpc::CallbackServerContext* context,
-                                          const v1::ExtendSessionRequest* request,
-                                          v1::ExtendSessionResponse* response) override;
-  grpc::ServerUnaryReactor* Run(grpc::CallbackServerContext* context, const v1::RunRequest* request,
-                                v1::RunResponse* response) override;
-  grpc::ServerUnaryReactor* PartialRunSetup(grpc::CallbackServerContext* context,
-                                            const v1::PartialRunSetupRequest* request,
-                                            v1::PartialRunSetupResponse* response) override;
-  grpc::ServerUnaryReactor* PartialRun(grpc::CallbackServerContext* context,
-                                       const v1::PartialRunRequest* request,
-                                       v1::RunResponse* response) override;
-  grpc::ServerUnaryReactor* CancelPartialRun(grpc::CallbackServerContext* context,
-                                             const v1::CancelPartialRunRequest* request,
-                                             v1::CancelPartialRunResponse* response) override;
-  grpc::ServerUnaryReactor* CloseSession(grpc::CallbackServerContext* context,
-                                         const v1::CloseSessionRequest* request,
-                                         v1::CloseSessionResponse* response) override;
-  grpc::ServerUnaryReactor* ListSessions(grpc::CallbackServerContext* context,
-                                         const v1::ListSessionsRequest* request,
-                                         v1::ListSessionsResponse* response) override;
+  using Reactor = grpc::ServerUnaryReactor;
+  using Context = grpc::CallbackServerContext;
+  using Bytes = grpc::ByteBuffer;
+  Reactor* CreateSession(Context* context, const Bytes* request, Bytes* response) override;
+  Reactor* ExtendSession(Context* context, const Bytes* request, Bytes* response) override;
+  Reactor* Run(Context* context, const Bytes* request, Bytes* response) override;
+  Reactor* PartialRunSetup(Context* context, const Bytes* request, Bytes* response) override;
+  Reactor* PartialRun(Context* context, const Bytes* request, Bytes* response) override;
+  Reactor* CancelPartialRun(Context* context, const Bytes* request, Bytes* response) override;
+  Reactor* CloseSession(Context* context, const Bytes* request, Bytes* response) override;
+  Reactor* ListSessions(Context* context, const Bytes* request, Bytes* response) override;
 
  private:
-  SessionRegistry& registry_;  // not owned
+  std::unique_ptr<service_internal::RequestHandler> handler_;  // borrows the registry
   std::unique_ptr<service_internal::CallExecutor> executor_;
 };
 

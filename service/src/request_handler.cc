@@ -1,0 +1,390 @@
+#include "service/src/request_handler.h"
+
+#include <fmt/format.h>
+#include <google/protobuf/io/coded_stream.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <google/protobuf/stubs/logging.h>
+#include <graphrun/graph_def.h>
+
+#include <algorithm>
+#include <array>
+#include <climits>
+#include <cstdio>
+#include <limits>
+#include <mutex>
+#include <new>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace graphrun::service_internal {
+namespace {
+
+// ---- protobuf's log lines ----
+
+// The last line protobuf logged on this thread (parse_message clears it
+// first, so after a failed parse it is that parse's reason, if any).
+thread_local std::string t_last_protobuf_message;
+
+// At most kLogBurst lines per kLogWindow reach stderr; the rest are
+// counted and summed up in the next window's first line.
+constexpr int kLogBurst = 10;
+constexpr std::chrono::seconds kLogWindow(60);
+
+void rate_limited_log(google::protobuf::LogLevel level, const char* /*filename*/, int /*line*/,
+                      const std::string& message) {
+  t_last_protobuf_message = message;
+  static std::mutex mu;
+  static std::chrono::steady_clock::time_point window_start;
+  static int printed = 0;
+  static int64_t suppressed = 0;
+  const std::lock_guard lock(mu);
+  const auto now = std::chrono::steady_clock::now();
+  if (now - window_start >= kLogWindow) {
+    if (suppressed > 0) {
+      std::fprintf(stderr, "graphrun: %lld protobuf log lines suppressed in the last %lld s\n",
+                   static_cast<long long>(suppressed), static_cast<long long>(kLogWindow.count()));
+    }
+    window_start = now;
+    printed = 0;
+    suppressed = 0;
+  }
+  if (printed >= kLogBurst && level < google::protobuf::LOGLEVEL_FATAL) {
+    ++suppressed;
+    return;
+  }
+  ++printed;
+  static constexpr std::array<const char*, 4> kLevels = {"info", "warning", "error", "fatal"};
+  const auto index = static_cast<std::size_t>(level);
+  std::fprintf(stderr, "graphrun: protobuf %s: %s\n",
+               index < kLevels.size() ? kLevels[index] : "log", message.c_str());
+}
+
+// ---- requests ----
+
+// The bytes a TensorProto decodes to, computed before decoding (a single
+// typed value may ask for any shape). Saturates past kMaxTensorProtoBytes;
+// malformed shapes count 0 and fail in tensor_from_proto.
+int64_t proto_tensor_bytes(const v1::TensorProto& proto) {
+  if (!proto.tensor_content().empty()) return static_cast<int64_t>(proto.tensor_content().size());
+  int64_t size = 8;
+  switch (proto.dtype()) {
+    case v1::DT_BOOL: size = 1; break;
+    case v1::DT_FLOAT:
+    case v1::DT_INT32: size = 4; break;
+    default: break;
+  }
+  int64_t bytes = size;
+  for (const auto& dim : proto.tensor_shape().dim()) {
+    if (dim.size() <= 0) return 0;
+    if (bytes > kMaxTensorProtoBytes / dim.size()) return kMaxTensorProtoBytes + 1;
+    bytes *= dim.size();
+  }
+  return bytes;
+}
+
+template <typename Feeds>
+Result<NamedTensors> decode_feeds(const SessionRegistry& registry, const Feeds& feeds) {
+  int64_t bytes = 0;
+  for (const v1::NamedTensorProto& feed : feeds) {
+    bytes = std::min(bytes + proto_tensor_bytes(feed.tensor()), kMaxTensorProtoBytes + 1);
+  }
+  GRAPHRUN_RETURN_IF_ERROR(registry.check_request_bytes(bytes));
+  NamedTensors out;
+  out.reserve(static_cast<std::size_t>(feeds.size()));
+  for (const v1::NamedTensorProto& feed : feeds) {
+    Result<Tensor> value = tensor_from_proto(feed.tensor());
+    if (!value.is_ok()) return value.status().with_prefix(fmt::format("feed '{}'", feed.name()));
+    out.emplace_back(feed.name(), std::move(value).value());
+  }
+  return out;
+}
+
+std::vector<std::string> names(const google::protobuf::RepeatedPtrField<std::string>& field) {
+  return {field.begin(), field.end()};
+}
+
+// The request's options, with the call's deadline as a timeout when it is
+// sooner than the request's own.
+Result<RunOptions> run_options(const CallContext& call, const v1::RunOptions& proto) {
+  if (proto.timeout_ms() < 0) {
+    return invalid_argument("RunOptions.timeout_ms must not be negative, got {}",
+                            proto.timeout_ms());
+  }
+  RunOptions options;
+  options.trace = proto.trace();
+  if (proto.timeout_ms() > 0) options.timeout = std::chrono::milliseconds(proto.timeout_ms());
+  if (call.deadline) {
+    const auto left = std::max(std::chrono::ceil<std::chrono::milliseconds>(
+                                   *call.deadline - std::chrono::system_clock::now()),
+                               std::chrono::milliseconds(0));
+    if (!options.timeout || left < *options.timeout) options.timeout = left;
+  }
+  options.stop_token = call.stop;
+  return options;
+}
+
+v1::TensorShapeProto shape_to_proto(const Shape& shape) {
+  v1::TensorShapeProto proto;
+  if (shape.is_unknown_rank()) {
+    proto.set_unknown_rank(true);
+    return proto;
+  }
+  for (int i = 0; i < shape.rank(); ++i) proto.add_dim()->set_size(shape.dim(i));
+  return proto;
+}
+
+void encode_response(const std::vector<std::string>& fetches, const std::vector<Tensor>& values,
+                     const RunMetadata& metadata, bool trace, v1::RunResponse& response) {
+  for (std::size_t i = 0; i < fetches.size() && i < values.size(); ++i) {
+    v1::NamedTensorProto* out = response.add_tensor();
+    out->set_name(fetches[i]);
+    *out->mutable_tensor() = tensor_to_proto(values[i]);
+  }
+  if (!trace) return;
+  v1::StepStats* stats = response.mutable_metadata()->mutable_step_stats();
+  for (const NodeExecStats& node : metadata.step_stats) {
+    v1::NodeExecStats* out = stats->add_node_stats();
+    out->set_node(node.node);
+    out->set_op(node.op);
+    out->set_start_ns(node.start_ns);
+    out->set_end_ns(node.end_ns);
+    out->set_thread(node.thread);
+    for (const Shape& shape : node.output_shapes) *out->add_output_shapes() = shape_to_proto(shape);
+    out->set_output_bytes(node.output_bytes);
+  }
+}
+
+// Run and PartialRun: decode the feeds, run `step` (feeds, fetches,
+// options, metadata or null), encode the fetches in request order and, when
+// tracing, the step statistics.
+template <typename Request, typename Step>
+Status serve_step(const SessionRegistry& registry, const Request& request, const CallContext& call,
+                  v1::RunResponse& response, Step step) {
+  GRAPHRUN_ASSIGN_OR_RETURN(RunOptions options, run_options(call, request.options()));
+  GRAPHRUN_ASSIGN_OR_RETURN(NamedTensors feeds, decode_feeds(registry, request.feed()));
+  const std::vector<std::string> fetches = names(request.fetch());
+  RunMetadata metadata;
+  GRAPHRUN_ASSIGN_OR_RETURN(std::vector<Tensor> out,
+                            step(feeds, fetches, options, options.trace ? &metadata : nullptr));
+  encode_response(fetches, out, metadata, options.trace, response);
+  return Status::ok();
+}
+
+Status check_not_negative(std::string_view field, int64_t value) {
+  if (value < 0)
+    return invalid_argument("SessionConfig.{} must not be negative, got {}", field, value);
+  return Status::ok();
+}
+
+// Parses a `Request`, then answers it with `fn(request, response)`.
+template <typename Request, typename Response, typename F>
+Result<std::unique_ptr<google::protobuf::Message>> parse_and(
+    google::protobuf::io::ZeroCopyInputStream& input, int64_t size, Method method, F&& fn) {
+  Request request;
+  GRAPHRUN_RETURN_IF_ERROR(
+      parse_message(input, size, request, fmt::format("the {} request", method_name(method))));
+  auto response = std::make_unique<Response>();
+  GRAPHRUN_RETURN_IF_ERROR(fn(request, *response));
+  return std::unique_ptr<google::protobuf::Message>(std::move(response));
+}
+
+}  // namespace
+
+std::string_view method_name(Method method) {
+  switch (method) {
+    case Method::kCreateSession: return "CreateSession";
+    case Method::kExtendSession: return "ExtendSession";
+    case Method::kRun: return "Run";
+    case Method::kPartialRunSetup: return "PartialRunSetup";
+    case Method::kPartialRun: return "PartialRun";
+    case Method::kCancelPartialRun: return "CancelPartialRun";
+    case Method::kCloseSession: return "CloseSession";
+    case Method::kListSessions: return "ListSessions";
+  }
+  return "?";
+}
+
+void install_protobuf_log_handler() {
+  static std::once_flag once;
+  std::call_once(once, [] { google::protobuf::SetLogHandler(&rate_limited_log); });
+}
+
+Status parse_message(google::protobuf::io::ZeroCopyInputStream& input, int64_t size,
+                     google::protobuf::Message& message, std::string_view what) {
+  if (size > INT_MAX) {
+    return invalid_argument("{} has {} bytes; protobuf's limit is 2 GiB", what, size);
+  }
+  t_last_protobuf_message.clear();
+  bool parsed = false;
+  {
+    google::protobuf::io::CodedInputStream coded(&input);
+    coded.SetRecursionLimit(kMaxRequestNesting);
+    coded.SetTotalBytesLimit(static_cast<int>(size));
+    parsed = message.ParseFromCodedStream(&coded) && coded.ConsumedEntireMessage() &&
+             coded.CurrentPosition() == size;
+  }
+  if (parsed) return Status::ok();
+  std::string reason = std::move(t_last_protobuf_message);
+  if (reason.empty()) {
+    reason = fmt::format(
+        "not a valid {} (truncated or malformed protobuf data, or messages nested deeper than {})",
+        message.GetTypeName(), kMaxRequestNesting);
+  }
+  return invalid_argument("{} ({} bytes) could not be parsed: {}", what, size, reason);
+}
+
+RequestHandler::RequestHandler(SessionRegistry& registry) : registry_(registry) {
+  install_protobuf_log_handler();
+}
+
+Result<std::unique_ptr<google::protobuf::Message>> RequestHandler::handle(
+    Method method, std::string_view request, const CallContext& call) noexcept {
+  google::protobuf::io::ArrayInputStream input(
+      request.data(), static_cast<int>(std::min<std::size_t>(request.size(), INT_MAX)));
+  return handle(method, input, static_cast<int64_t>(request.size()), call);
+}
+
+Result<std::unique_ptr<google::protobuf::Message>> RequestHandler::handle(
+    Method method, google::protobuf::io::ZeroCopyInputStream& in, int64_t size,
+    const CallContext& call) noexcept {
+  try {
+    switch (method) {
+      case Method::kCreateSession:
+        return parse_and<v1::CreateSessionRequest, v1::CreateSessionResponse>(
+            in, size, method, [&](const auto& rq, auto& rs) { return create_session(rq, rs); });
+      case Method::kExtendSession:
+        return parse_and<v1::ExtendSessionRequest, v1::ExtendSessionResponse>(
+            in, size, method, [&](const auto& rq, auto& rs) { return extend_session(rq, rs); });
+      case Method::kRun:
+        return parse_and<v1::RunRequest, v1::RunResponse>(
+            in, size, method, [&](const auto& rq, auto& rs) { return run(rq, call, rs); });
+      case Method::kPartialRunSetup:
+        return parse_and<v1::PartialRunSetupRequest, v1::PartialRunSetupResponse>(
+            in, size, method,
+            [&](const auto& rq, auto& rs) { return partial_run_setup(rq, call, rs); });
+      case Method::kPartialRun:
+        return parse_and<v1::PartialRunRequest, v1::RunResponse>(
+            in, size, method, [&](const auto& rq, auto& rs) { return partial_run(rq, call, rs); });
+      case Method::kCancelPartialRun:
+        return parse_and<v1::CancelPartialRunRequest, v1::CancelPartialRunResponse>(
+            in, size, method, [&](const auto& rq, auto&) { return cancel_partial_run(rq); });
+      case Method::kCloseSession:
+        return parse_and<v1::CloseSessionRequest, v1::CloseSessionResponse>(
+            in, size, method, [&](const auto& rq, auto&) { return close_session(rq); });
+      case Method::kListSessions:
+        return parse_and<v1::ListSessionsRequest, v1::ListSessionsResponse>(
+            in, size, method, [&](const auto&, auto& rs) { return list_sessions(rs); });
+    }
+    return unimplemented("unknown SessionService method {}", static_cast<int>(method));
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("{}: the server ran out of memory handling the request",
+                              method_name(method));
+  } catch (const std::exception& e) {
+    return internal_error("{}: {}", method_name(method), e.what());
+  } catch (...) {
+    return internal_error("{}: an unknown exception", method_name(method));
+  }
+}
+
+Status RequestHandler::create_session(const v1::CreateSessionRequest& request,
+                                      v1::CreateSessionResponse& response) {
+  const v1::SessionConfig& config = request.config();
+  GRAPHRUN_RETURN_IF_ERROR(check_not_negative("inter_op_threads", config.inter_op_threads()));
+  GRAPHRUN_RETURN_IF_ERROR(check_not_negative("plan_cache_capacity", config.plan_cache_capacity()));
+  GRAPHRUN_RETURN_IF_ERROR(
+      check_not_negative("max_open_partial_runs", config.max_open_partial_runs()));
+  GRAPHRUN_RETURN_IF_ERROR(
+      check_not_negative("partial_run_idle_timeout_ms", config.partial_run_idle_timeout_ms()));
+  const int max_threads = registry_.max_inter_op_threads();
+  if (config.inter_op_threads() > max_threads) {
+    return invalid_argument(
+        "SessionConfig.inter_op_threads = {} exceeds this server's limit of {} "
+        "(max_inter_op_threads)",
+        config.inter_op_threads(), max_threads);
+  }
+  SessionOptions options;
+  options.inter_op_threads = config.inter_op_threads();
+  if (config.plan_cache_capacity() > 0) {
+    options.plan_cache_capacity = static_cast<std::size_t>(config.plan_cache_capacity());
+  }
+  if (config.max_open_partial_runs() > 0) {
+    options.max_open_partial_runs = static_cast<std::size_t>(config.max_open_partial_runs());
+  }
+  if (config.partial_run_idle_timeout_ms() > 0) {
+    options.partial_run_idle_timeout =
+        std::chrono::milliseconds(config.partial_run_idle_timeout_ms());
+  }
+  GRAPHRUN_ASSIGN_OR_RETURN(SessionRegistry::Created created,
+                            registry_.create(request.graph_def(), options));
+  response.set_session_handle(created.handle);
+  response.set_graph_version(created.graph_version);
+  return Status::ok();
+}
+
+Status RequestHandler::extend_session(const v1::ExtendSessionRequest& request,
+                                      v1::ExtendSessionResponse& response) {
+  GRAPHRUN_ASSIGN_OR_RETURN(int64_t version,
+                            registry_.extend(request.session_handle(), request.graph_def(),
+                                             request.current_graph_version()));
+  response.set_new_graph_version(version);
+  return Status::ok();
+}
+
+Status RequestHandler::run(const v1::RunRequest& request, const CallContext& call,
+                           v1::RunResponse& response) {
+  return serve_step(registry_, request, call, response,
+                    [&](const NamedTensors& feeds, const std::vector<std::string>& fetches,
+                        const RunOptions& options, RunMetadata* metadata) {
+                      return registry_.run(request.session_handle(), feeds, fetches,
+                                           names(request.target()), options, metadata);
+                    });
+}
+
+Status RequestHandler::partial_run_setup(const v1::PartialRunSetupRequest& request,
+                                         const CallContext& call,
+                                         v1::PartialRunSetupResponse& response) {
+  GRAPHRUN_ASSIGN_OR_RETURN(RunOptions options, run_options(call, request.options()));
+  // The call's stop ends the call, not the run it sets up (the run outlives
+  // the call; a client cancels it with CancelPartialRun).
+  options.stop_token = {};
+  GRAPHRUN_ASSIGN_OR_RETURN(
+      std::string id,
+      registry_.partial_run_setup(request.session_handle(), names(request.feed()),
+                                  names(request.fetch()), names(request.target()), options));
+  response.set_partial_run_handle(id);
+  return Status::ok();
+}
+
+Status RequestHandler::partial_run(const v1::PartialRunRequest& request, const CallContext& call,
+                                   v1::RunResponse& response) {
+  return serve_step(registry_, request, call, response,
+                    [&](const NamedTensors& feeds, const std::vector<std::string>& fetches,
+                        const RunOptions& options, RunMetadata* metadata) {
+                      return registry_.partial_run(request.session_handle(),
+                                                   request.partial_run_handle(), feeds, fetches,
+                                                   names(request.target()), options, metadata);
+                    });
+}
+
+Status RequestHandler::cancel_partial_run(const v1::CancelPartialRunRequest& request) {
+  return registry_.cancel_partial_run(request.session_handle(), request.partial_run_handle());
+}
+
+Status RequestHandler::close_session(const v1::CloseSessionRequest& request) {
+  return registry_.close(request.session_handle());
+}
+
+Status RequestHandler::list_sessions(v1::ListSessionsResponse& response) {
+  for (const SessionInfo& info : registry_.list()) {
+    v1::SessionInfo* out = response.add_sessions();
+    out->set_session_handle(info.handle);
+    out->set_graph_version(info.graph_version);
+    out->set_num_nodes(info.num_nodes);
+    out->set_open_partial_runs(info.open_partial_runs);
+    out->set_idle_ms(info.idle.count());
+  }
+  return Status::ok();
+}
+
+}  // namespace graphrun::service_internal
