@@ -1,10 +1,14 @@
 // GraphDef bytes and files: binary and text format, sniffing, and the
 // load/save helpers.
+#include <fcntl.h>
+#include <google/protobuf/descriptor.h>
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/tokenizer.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <google/protobuf/text_format.h>
 #include <graphrun/graph_def.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
@@ -13,9 +17,10 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
-#include <iterator>
+#include <new>
 #include <string>
 #include <system_error>
+#include <vector>
 
 namespace graphrun {
 namespace {
@@ -59,14 +64,163 @@ GraphDefFormat format_for_path(const std::filesystem::path& path, GraphDefFormat
   return otherwise;
 }
 
-// An errno as a canonical status about `path`.
-Status io_error(int err, std::string_view what, const std::filesystem::path& path) {
+// An errno as a canonical status: "<what>: <reason>".
+Status io_error(int err, std::string_view what) {
   const std::string reason = std::generic_category().message(err);
   switch (err) {
-    case ENOENT: return not_found("{} '{}': {}", what, path.string(), reason);
+    case ENOENT:
+    case ENOTDIR: return not_found("{}: {}", what, reason);
     case EACCES:
-    case EPERM: return permission_denied("{} '{}': {}", what, path.string(), reason);
-    default: return unknown_error("{} '{}': {}", what, path.string(), reason);
+    case EPERM: return permission_denied("{}: {}", what, reason);
+    default: return unknown_error("{}: {}", what, reason);
+  }
+}
+
+// What a stat mode that is not a regular file names, for messages.
+std::string_view file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a pipe";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// Closes a file descriptor on scope exit.
+// Thread safety: one owner.
+class FdCloser {
+ public:
+  explicit FdCloser(int fd) : fd_(fd) {}
+  FdCloser(const FdCloser&) = delete;
+  FdCloser& operator=(const FdCloser&) = delete;
+  ~FdCloser() { ::close(fd_); }
+
+ private:
+  int fd_;
+};
+
+// The bytes of the regular file `path`: exactly the size stat reports when
+// it is opened, refused past kMaxGraphFileBytes. Every message starts with
+// "graph file '<path>': ".
+Result<std::string> read_graph_bytes(const std::filesystem::path& path) {
+  const std::string name = fmt::format("graph file '{}'", path.string());
+  // stat first: a device or pipe is refused without being opened.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return io_error(errno, name + ": cannot open");
+  if (!S_ISREG(st.st_mode)) {
+    return invalid_argument("{}: is {}, not a regular file", name, file_kind(st.st_mode));
+  }
+  // O_NONBLOCK: should the path turn into a pipe before open, open does not
+  // wait for a writer (fstat below refuses it).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return io_error(errno, name + ": cannot open");
+  const FdCloser closer(fd);
+  if (::fstat(fd, &st) != 0) return io_error(errno, name + ": cannot stat");
+  if (!S_ISREG(st.st_mode)) {
+    return invalid_argument("{}: is {}, not a regular file", name, file_kind(st.st_mode));
+  }
+  if (st.st_size > kMaxGraphFileBytes) {
+    return invalid_argument("{}: {} bytes exceed the limit of {} bytes (protobuf's 2 GiB)", name,
+                            static_cast<int64_t>(st.st_size), kMaxGraphFileBytes);
+  }
+  const auto size = static_cast<std::size_t>(st.st_size);
+  std::string bytes;
+  try {
+    bytes.resize(size);
+  } catch (const std::bad_alloc&) {
+    return resource_exhausted("{}: cannot allocate {} bytes to read it", name, size);
+  }
+  std::size_t done = 0;
+  while (done < size) {
+    const ssize_t n = ::read(fd, bytes.data() + done, size - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return io_error(errno, name + ": cannot read");
+    }
+    if (n == 0) {
+      return unknown_error("{}: the file shrank while being read ({} of {} bytes)", name, done,
+                           size);
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  return bytes;
+}
+
+// Whether the wire-format `bytes` of a `type` message nest messages deeper
+// than `limit`, counted as protobuf's parser counts (the outer message is
+// level 0; each embedded message, map entry or group one level more).
+// Iterative, so any depth is safe. Stops at the first byte that is not
+// well-formed wire format: false, and the parser's failure stands
+// unexplained.
+bool nests_deeper_than(std::string_view bytes, const google::protobuf::Descriptor* type,
+                       int limit) {
+  using google::protobuf::FieldDescriptor;
+  struct Frame {
+    std::size_t end;                           // one past the message's last byte
+    const google::protobuf::Descriptor* type;  // nullptr inside an unknown group
+    uint64_t group;                            // field number of an open group, else 0
+  };
+  std::vector<Frame> stack{{bytes.size(), type, 0}};
+  std::size_t pos = 0;
+  auto varint = [&](std::size_t end, uint64_t& v) {
+    v = 0;
+    for (int shift = 0; shift < 64 && pos < end; shift += 7) {
+      const auto b = static_cast<uint8_t>(bytes[pos++]);
+      v |= uint64_t{b & 0x7fu} << shift;
+      if ((b & 0x80u) == 0) return true;
+    }
+    return false;
+  };
+  auto field_type = [](const google::protobuf::Descriptor* t, uint64_t number,
+                       FieldDescriptor::Type want) -> const google::protobuf::Descriptor* {
+    if (t == nullptr || number > static_cast<uint64_t>(FieldDescriptor::kMaxNumber)) {
+      return nullptr;
+    }
+    const FieldDescriptor* f = t->FindFieldByNumber(static_cast<int>(number));
+    return f != nullptr && f->type() == want ? f->message_type() : nullptr;
+  };
+  while (true) {
+    const Frame f = stack.back();
+    if (pos == f.end) {
+      if (f.group != 0 || stack.size() == 1) return false;  // an unclosed group, or the end
+      stack.pop_back();
+      continue;
+    }
+    uint64_t tag = 0;
+    if (!varint(f.end, tag)) return false;
+    const uint64_t number = tag >> 3;
+    if (number == 0) return false;
+    uint64_t skip = 0;
+    switch (tag & 7) {
+      case 0:
+        if (!varint(f.end, skip)) return false;
+        skip = 0;
+        break;
+      case 1: skip = 8; break;
+      case 5: skip = 4; break;
+      case 2: {
+        if (!varint(f.end, skip) || skip > f.end - pos) return false;
+        // Unknown length-delimited fields stay bytes; only known message
+        // fields are parsed (and counted).
+        if (const auto* sub = field_type(f.type, number, FieldDescriptor::TYPE_MESSAGE)) {
+          if (stack.size() > static_cast<std::size_t>(limit)) return true;
+          stack.push_back({pos + skip, sub, 0});
+          skip = 0;
+        }
+        break;
+      }
+      case 3:  // start group: known or not, parsed and counted
+        if (stack.size() > static_cast<std::size_t>(limit)) return true;
+        stack.push_back({f.end, field_type(f.type, number, FieldDescriptor::TYPE_GROUP), number});
+        break;
+      case 4:  // end group
+        if (f.group != number) return false;
+        stack.pop_back();
+        break;
+      default: return false;
+    }
+    if (skip > f.end - pos) return false;
+    pos += skip;
   }
 }
 
@@ -82,7 +236,16 @@ Result<v1::GraphDef> parse_graph_def(std::string_view bytes, GraphDefFormat form
       return invalid_argument("a binary GraphDef of {} bytes exceeds protobuf's 2 GiB limit",
                               bytes.size());
     }
-    if (!def.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) {
+    google::protobuf::io::CodedInputStream input(reinterpret_cast<const uint8_t*>(bytes.data()),
+                                                 static_cast<int>(bytes.size()));
+    input.SetRecursionLimit(kMaxGraphDefNesting);
+    if (!def.ParseFromCodedStream(&input) || !input.ConsumedEntireMessage()) {
+      if (nests_deeper_than(bytes, v1::GraphDef::descriptor(), kMaxGraphDefNesting)) {
+        return invalid_argument(
+            "the {} bytes are not a binary GraphDef graphrun reads: messages nest more than {} "
+            "levels deep (graphrun's limit)",
+            bytes.size(), kMaxGraphDefNesting);
+      }
       return invalid_argument("the {} bytes are not a binary GraphDef", bytes.size());
     }
     return def;
@@ -90,6 +253,11 @@ Result<v1::GraphDef> parse_graph_def(std::string_view bytes, GraphDefFormat form
   google::protobuf::TextFormat::Parser parser;
   FirstError errors;
   parser.RecordErrorsTo(&errors);
+  // The text parser recurses once per nested message; protobuf's default
+  // limit is INT_MAX, which a deep enough file turns into a stack overflow.
+  // Past the limit: "Message is too deep, the parser exceeded the
+  // configured recursion limit of 100."
+  parser.SetRecursionLimit(kMaxGraphDefNesting);
   google::protobuf::io::ArrayInputStream input(
       bytes.data(), static_cast<int>(std::min<std::size_t>(bytes.size(), INT_MAX)));
   if (bytes.size() > static_cast<std::size_t>(INT_MAX) || !parser.Parse(&input, &def)) {
@@ -125,10 +293,7 @@ Result<std::string> serialize_graph_def(const v1::GraphDef& def, GraphDefFormat 
 }
 
 Result<Graph> load_graph_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return io_error(errno, "cannot open graph file", path);
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) return io_error(errno, "cannot read graph file", path);
+  GRAPHRUN_ASSIGN_OR_RETURN(const std::string bytes, read_graph_bytes(path));
   Result<v1::GraphDef> def = parse_graph_def(bytes, format_for_path(path, GraphDefFormat::kAuto));
   if (!def.is_ok()) return def.status().with_prefix(fmt::format("graph file '{}'", path.string()));
   return graph_from_graph_def(*def);
@@ -142,14 +307,14 @@ Status save_graph_file(const Graph& graph, const std::filesystem::path& path) {
   tmp += ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return io_error(errno, "cannot create", tmp);
+    if (!out) return io_error(errno, fmt::format("cannot create '{}'", tmp.string()));
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     out.flush();
     if (!out) {
       const int err = errno;
       std::error_code ignored;
       std::filesystem::remove(tmp, ignored);
-      return io_error(err, "cannot write", tmp);
+      return io_error(err, fmt::format("cannot write '{}'", tmp.string()));
     }
   }
   std::error_code ec;
@@ -157,7 +322,7 @@ Status save_graph_file(const Graph& graph, const std::filesystem::path& path) {
   if (ec) {
     std::error_code ignored;
     std::filesystem::remove(tmp, ignored);
-    return io_error(ec.value(), "cannot replace", path);
+    return io_error(ec.value(), fmt::format("cannot replace '{}'", path.string()));
   }
   return Status::ok();
 }

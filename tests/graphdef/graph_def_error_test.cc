@@ -1,12 +1,14 @@
 // GraphDef import errors: each is an InvalidArgument (Unimplemented for a
 // TensorFlow feature graphrun lacks) whose message starts with the node,
 // never a crash.
+#include <google/protobuf/util/message_differencer.h>
 #include <graphrun/graph_def.h>
 #include <graphrun/graphrun.h>
 #include <gtest/gtest.h>
 
 #include <string>
 
+#include "tests/graphdef/nested_graph_def.h"
 #include "tests/testing/op_harness.h"
 
 namespace graphrun {
@@ -412,6 +414,74 @@ TEST(GraphDefErrorTest, GarbageNeverCrashes) {
   for (std::size_t n = 0; n <= bytes.size(); ++n) {
     Result<v1::GraphDef> parsed = parse_graph_def(bytes.substr(0, n), GraphDefFormat::kBinary);
     if (parsed.is_ok()) (void)graph_from_graph_def(*parsed);
+  }
+}
+
+// parse_graph_def's nesting limit, kMaxGraphDefNesting (100): protobuf's
+// text parser has none of its own and overflowed the stack on a file a few
+// thousand messages deep; binary keeps protobuf's default, set explicitly.
+TEST(GraphDefErrorTest, NestingUpToTheLimitParses) {
+  for (int depth : {1, 2, 3, 4, 10, kMaxGraphDefNesting - 1, kMaxGraphDefNesting}) {
+    Result<v1::GraphDef> text =
+        parse_graph_def(testing::nested_graph_def_text(depth), GraphDefFormat::kText);
+    Result<v1::GraphDef> binary =
+        parse_graph_def(testing::nested_graph_def_binary(depth), GraphDefFormat::kBinary);
+    ASSERT_THAT(text, IsOk()) << depth;
+    ASSERT_THAT(binary, IsOk()) << depth;
+    // The two generators build the same message.
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(*text, *binary)) << depth;
+  }
+}
+
+TEST(GraphDefErrorTest, NestingPastTheLimitIsInvalidArgument) {
+  for (int depth : {kMaxGraphDefNesting + 1, kMaxGraphDefNesting + 2, 3 * kMaxGraphDefNesting}) {
+    EXPECT_THAT(parse_graph_def(testing::nested_graph_def_text(depth), GraphDefFormat::kText),
+                StatusIs(StatusCode::kInvalidArgument,
+                         "Message is too deep, the parser exceeded the configured recursion "
+                         "limit of 100"))
+        << depth;
+    EXPECT_THAT(parse_graph_def(testing::nested_graph_def_binary(depth), GraphDefFormat::kBinary),
+                StatusIs(StatusCode::kInvalidArgument, "messages nest more than 100 levels deep"))
+        << depth;
+    // kAuto sniffs each format and keeps the limit.
+    EXPECT_THAT(parse_graph_def(testing::nested_graph_def_text(depth)),
+                StatusIs(StatusCode::kInvalidArgument, "Message is too deep"));
+    EXPECT_THAT(parse_graph_def(testing::nested_graph_def_binary(depth)),
+                StatusIs(StatusCode::kInvalidArgument, "messages nest more than 100 levels"));
+  }
+}
+
+TEST(GraphDefErrorTest, ThousandsOfLevelsDoNotOverflowTheStack) {
+  // 9000 messages (141 kB of text): the file that crashed `graphrun run`.
+  const int depth = 9000;
+  EXPECT_THAT(parse_graph_def(testing::nested_graph_def_text(depth), GraphDefFormat::kText),
+              StatusIs(StatusCode::kInvalidArgument, "Message is too deep"));
+  EXPECT_THAT(parse_graph_def(testing::nested_graph_def_binary(depth), GraphDefFormat::kBinary),
+              StatusIs(StatusCode::kInvalidArgument, "messages nest more than 100 levels"));
+}
+
+TEST(GraphDefErrorTest, NestedGroupsCountTowardsTheLimit) {
+  // An unknown field 7 as nested groups (start tag 0x3b, end tag 0x3c):
+  // protobuf parses unknown groups, one level each.
+  auto groups = [](int depth) {
+    return std::string(static_cast<std::size_t>(depth), '\x3b') +
+           std::string(static_cast<std::size_t>(depth), '\x3c');
+  };
+  EXPECT_THAT(parse_graph_def(groups(kMaxGraphDefNesting), GraphDefFormat::kBinary), IsOk());
+  EXPECT_THAT(parse_graph_def(groups(kMaxGraphDefNesting + 1), GraphDefFormat::kBinary),
+              StatusIs(StatusCode::kInvalidArgument, "messages nest more than 100 levels"));
+}
+
+TEST(GraphDefErrorTest, MalformedDeepBinaryIsNotBlamedOnNesting) {
+  // Cut short, the outer lengths overrun the bytes: malformed, whatever
+  // the depth, and the message does not claim otherwise.
+  const std::string deep = testing::nested_graph_def_binary(3 * kMaxGraphDefNesting);
+  for (std::size_t n : {std::size_t{1}, std::size_t{50}, deep.size() / 2, deep.size() - 1}) {
+    Result<v1::GraphDef> parsed = parse_graph_def(deep.substr(0, n), GraphDefFormat::kBinary);
+    ASSERT_FALSE(parsed.is_ok()) << n;
+    EXPECT_THAT(parsed, StatusIs(StatusCode::kInvalidArgument, "not a binary GraphDef")) << n;
+    EXPECT_EQ(parsed.status().message().find("nest"), std::string::npos)
+        << parsed.status().to_string();
   }
 }
 

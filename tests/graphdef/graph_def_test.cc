@@ -489,7 +489,26 @@ TEST_F(GraphFileTest, SaveAndLoadByExtension) {
                 IsOkAndHolds(TensorEq(Tensor{2.0f, 6.0f})));
   }
   EXPECT_THAT(load_graph_file(dir_ / "missing.pb"),
-              StatusIs(StatusCode::kNotFound, "cannot open graph file"));
+              StatusIs(StatusCode::kNotFound, "missing.pb': cannot open"));
+}
+
+TEST_F(GraphFileTest, LoadRefusesWhatIsNotARegularFile) {
+  // Once an uncaught std::ios_failure (a directory) or a read until
+  // std::bad_alloc (/dev/zero).
+  std::filesystem::create_directories(dir_ / "graph.pbtxt");
+  EXPECT_THAT(
+      load_graph_file(dir_ / "graph.pbtxt"),
+      StatusIs(StatusCode::kInvalidArgument, "graph file '" + (dir_ / "graph.pbtxt").string() +
+                                                 "': is a directory, not a regular file"));
+  EXPECT_THAT(load_graph_file("/dev/zero"),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "graph file '/dev/zero': is a character device, not a regular file"));
+  // Every file error names the file first.
+  std::ofstream(dir_ / "bad.pbtxt") << "node {";
+  EXPECT_THAT(
+      load_graph_file(dir_ / "bad.pbtxt"),
+      StatusIs(StatusCode::kInvalidArgument,
+               "graph file '" + (dir_ / "bad.pbtxt").string() + "': not a text-format GraphDef"));
 }
 
 }  // namespace

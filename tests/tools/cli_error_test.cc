@@ -3,9 +3,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <string>
+#include <string_view>
 
+#include "tests/graphdef/nested_graph_def.h"
 #include "tests/tools/cli_runner.h"
 #include "tools/graphrun/npy.h"
 
@@ -13,6 +17,7 @@ namespace graphrun {
 namespace {
 
 class CliErrorTest : public testing_cli::CliTest {};
+using ::testing::HasSubstr;
 using testing_cli::kTf;
 
 TEST_F(CliErrorTest, MissingGraphFileExits1) {
@@ -75,6 +80,127 @@ TEST_F(CliErrorTest, UsageErrorsExit2) {
                "--partial cannot be combined");
   expect_error(run({"run", g, "--bogus"}), 2, "--bogus");
   expect_error(run({}), 2, "subcommand");
+}
+
+// Files the CLI cannot take (issue 12, item 4). Each once ended in a signal:
+// a stack overflow in protobuf's text parser, an uncaught std::ios_failure
+// (a directory), a read until std::bad_alloc (/dev/zero). Now: exit code 1
+// and one line naming the file.
+
+TEST_F(CliErrorTest, DeepTextGraphDefExits1) {
+  // 9000 nested messages, 141 kB on one line.
+  const std::string g = (dir_ / "deep.pbtxt").string();
+  std::ofstream(g) << graphrun::testing::nested_graph_def_text(9000);
+  const Outcome o = run({"run", g, "--fetch", "a"});
+  expect_error(o, 1, "graph file '" + g + "'");
+  EXPECT_THAT(o.err, HasSubstr("InvalidArgument: not a text-format GraphDef: line 1, column"));
+  EXPECT_THAT(o.err, HasSubstr("Message is too deep"));
+}
+
+TEST_F(CliErrorTest, DeepBinaryGraphDefExits1) {
+  const std::string g = (dir_ / "deep.pb").string();
+  std::ofstream(g, std::ios::binary) << graphrun::testing::nested_graph_def_binary(9000);
+  const Outcome o = run({"run", g, "--fetch", "a"});
+  expect_error(o, 1, "graph file '" + g + "'");
+  EXPECT_THAT(o.err, HasSubstr("messages nest more than 100 levels deep"));
+}
+
+TEST_F(CliErrorTest, DirectoryAsGraphFileExits1) {
+  const std::string g = (dir_ / "graph.pbtxt").string();
+  std::filesystem::create_directories(g);
+  const std::string want = "graph file '" + g + "': InvalidArgument: is a directory";
+  expect_error(run({"run", g, "--fetch", "a"}), 1, want);
+  expect_error(run({"dot", g}), 1, want);
+  expect_error(run({"bench", g, "--fetch", "a", "--runs", "1"}), 1, want);
+}
+
+TEST_F(CliErrorTest, DirectoryAsNpyFeedExits1) {
+  const std::string g = kTf + "/const_plus_placeholder_add.pbtxt";
+  const std::string x = (dir_ / "x.npy").string();
+  std::filesystem::create_directories(x);
+  const std::string want = "feed 'x': " + x + ": is a directory, not a regular .npy file";
+  expect_error(run({"run", g, "--feed", "x=@" + x, "--fetch", "add"}), 1, want);
+  expect_error(run({"run", g, "--partial", "feed x=@" + x + "; fetch add"}), 1, want);
+  expect_error(run({"bench", g, "--feed", "x=@" + x, "--fetch", "add", "--runs", "1"}), 1, want);
+  expect_error(run({"dot", g, "--trace-partial", "feed x=@" + x + "; fetch add"}), 1, want);
+}
+
+TEST_F(CliErrorTest, DevZeroAsGraphFileExits1) {
+  expect_error(run({"run", "/dev/zero", "--fetch", "a"}), 1,
+               "graph file '/dev/zero': InvalidArgument: is a character device");
+}
+
+TEST_F(CliErrorTest, DevZeroAsNpyFeedExits1) {
+  expect_error(run({"run", kTf + "/const_plus_placeholder_add.pbtxt", "--feed", "x=@/dev/zero",
+                    "--fetch", "add"}),
+               1, "feed 'x': /dev/zero: is a character device, not a regular .npy file");
+}
+
+// A version 1.0 .npy file by hand: magic, version, header length, dict, data.
+std::string npy_file(std::string_view dict, std::string_view data) {
+  std::string out("\x93NUMPY\x01\x00", 8);
+  out += static_cast<char>(dict.size() & 0xFF);
+  out += static_cast<char>((dict.size() >> 8) & 0xFF);
+  out += dict;
+  out += data;
+  return out;
+}
+
+TEST_F(CliErrorTest, TruncatedNpyExits1) {
+  const std::string g = kTf + "/const_plus_placeholder_add.pbtxt";
+  const std::string x = (dir_ / "short.npy").string();
+  std::ofstream(x, std::ios::binary) << npy_file(
+      "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", std::string(8, '\0'));
+  expect_error(run({"run", g, "--feed", "x=@" + x, "--fetch", "add"}), 1,
+               x + ": truncated .npy data: float32[3] needs 12 bytes, 8 present");
+  // A header longer than the file.
+  const std::string h = (dir_ / "header.npy").string();
+  std::ofstream(h, std::ios::binary) << std::string("\x93NUMPY\x02\x00\xff\xff\xff\xff{", 13);
+  expect_error(run({"run", g, "--feed", "x=@" + h, "--fetch", "add"}), 1,
+               h + ": truncated .npy header: 4294967295 bytes declared, 1 present");
+}
+
+TEST_F(CliErrorTest, NpyDeclaringAHugeShapeExits1) {
+  const std::string g = kTf + "/const_plus_placeholder_add.pbtxt";
+  // 4 PB of float32 declared, 12 bytes present: refused before allocating.
+  const std::string x = (dir_ / "huge.npy").string();
+  std::ofstream(x, std::ios::binary)
+      << npy_file("{'descr': '<f4', 'fortran_order': False, 'shape': (1000000, 1000000, 1000), }",
+                  std::string(12, '\0'));
+  expect_error(run({"run", g, "--feed", "x=@" + x, "--fetch", "add"}), 1,
+               x + ": truncated .npy data: float32[1000000,1000000,1000] needs 4000000000000000 "
+                   "bytes, 12 present");
+  // More elements than int64 counts.
+  const std::string y = (dir_ / "huger.npy").string();
+  std::ofstream(y, std::ios::binary) << npy_file(
+      "{'descr': '<f4', 'fortran_order': False, 'shape': (100000000000, 100000000000), }",
+      std::string(12, '\0'));
+  expect_error(run({"run", g, "--feed", "x=@" + y, "--fetch", "add"}), 1, y + ": shape");
+}
+
+TEST_F(CliErrorTest, OutputPathsThatCannotBeWrittenExit1) {
+  const std::string g = kTf + "/const_plus_placeholder_add.pbtxt";
+  const std::string file = (dir_ / "file").string();
+  std::ofstream(file) << "x";
+  expect_error(run({"run", g, "--feed", "x=1,2,3", "--fetch", "add", "--out-dir", file}), 1,
+               "--out-dir '" + file + "': exists and is not a directory");
+  // The fetch's .npy path is taken by a directory.
+  const std::string out = (dir_ / "out").string();
+  std::filesystem::create_directories(out + "/add.npy");
+  Outcome o = run({"run", g, "--feed", "x=1,2,3", "--fetch", "add", "--out-dir", out});
+  EXPECT_EQ(o.signal, 0);
+  EXPECT_EQ(o.code, 1) << o.err;
+  EXPECT_THAT(o.err, ::testing::StartsWith("graphrun: " + out + "/add.npy: cannot create"));
+  EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+  // --trace is written after the run (its fetches are printed).
+  o = run({"run", g, "--feed", "x=1,2,3", "--fetch", "add", "--trace", dir_.string()});
+  EXPECT_EQ(o.signal, 0);
+  EXPECT_EQ(o.code, 1) << o.err;
+  EXPECT_EQ(o.err,
+            "graphrun: --trace '" + dir_.string() + "': cannot create the file: Is a directory\n");
+  EXPECT_EQ(o.out, "add: float32[3] [2, 4, 6]\n");
+  expect_error(run({"dot", g, "-o", dir_.string()}), 1,
+               "-o '" + dir_.string() + "': cannot create the file: Is a directory");
 }
 
 }  // namespace

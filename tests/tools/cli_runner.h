@@ -50,6 +50,7 @@ class CliTest : public ::testing::Test {
 
   struct Outcome {
     int code = -1;
+    int signal = 0;  // the signal that ended the program, 0 when it exited
     std::string out;
     std::string err;
   };
@@ -74,12 +75,21 @@ class CliTest : public ::testing::Test {
     const int status = std::system(cmd.c_str());
     Outcome o;
     o.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+    // The shell reports a child killed by signal N as exit code 128 + N
+    // (or, having exec'd the program, is killed itself).
+    if (WIFSIGNALED(status)) {
+      o.signal = WTERMSIG(status);
+    } else if (o.code > 128) {
+      o.signal = o.code - 128;
+    }
     o.out = read_text(out);
     o.err = read_text(err);
     return o;
   }
-  // One line on stderr, naming `culprit`, and nothing on stdout.
+  // One line on stderr, naming `culprit`, and nothing on stdout; no signal
+  // (a crash or an abort).
   void expect_error(const Outcome& o, int code, const std::string& culprit) {
+    EXPECT_EQ(o.signal, 0) << o.err;
     EXPECT_EQ(o.code, code) << o.err;
     EXPECT_THAT(o.err, ::testing::StartsWith("graphrun: "));
     EXPECT_THAT(o.err, ::testing::HasSubstr(culprit));

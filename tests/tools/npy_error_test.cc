@@ -4,7 +4,11 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cstdint>
+#include <filesystem>
+#include <fstream>
 #include <string>
 
 #include "tools/graphrun/npy.h"
@@ -90,6 +94,66 @@ TEST(NpyErrorTest, RejectsMalformedHeader) {
   auto t = npy::parse(std::string("\x93NUMPY\x04\x00", 8) + "xx", "v.npy");
   ASSERT_FALSE(t.is_ok());
   EXPECT_THAT(t.status().message(), HasSubstr("unsupported .npy format version 4.0"));
+}
+
+// read_file checks the file before reading it: a regular file whose size is
+// the header plus exactly the data the header declares.
+TEST(NpyErrorTest, ReadFileRefusesWhatIsNotARegularFile) {
+  const std::filesystem::path dir = std::filesystem::temp_directory_path() /
+                                    ("graphrun_npy_dir_" + std::to_string(::getpid()) + ".npy");
+  std::filesystem::create_directories(dir);
+  auto t = npy::read_file(dir);
+  std::filesystem::remove_all(dir);
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_EQ(t.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_THAT(t.status().message(),
+              HasSubstr(dir.string() + ": is a directory, not a regular .npy file"));
+  t = npy::read_file("/dev/zero");
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_THAT(t.status().message(),
+              HasSubstr("/dev/zero: is a character device, not a regular .npy file"));
+}
+
+TEST(NpyErrorTest, ReadFileChecksTheSizeTheHeaderDeclares) {
+  const std::filesystem::path path = std::filesystem::temp_directory_path() /
+                                     ("graphrun_npy_size_" + std::to_string(::getpid()) + ".npy");
+  const std::string good = npy::serialize(Tensor{1.0f, 2.0f, 3.0f});
+  auto read = [&](const std::string& bytes) {
+    std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+    return npy::read_file(path);
+  };
+  auto t = read(good);
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  EXPECT_EQ(t->flat<float>()[2], 3.0f);
+  t = read(good.substr(0, good.size() - 4));
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("truncated .npy data: float32[3] needs 12 bytes, 8"));
+  t = read(good + "xy");
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("2 unexpected bytes after the data"));
+  t = read(npy_bytes("{'descr': '<f8', 'fortran_order': False, 'shape': (1000000, 1000000), }",
+                     std::string(8, '\0')));
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("needs 8000000000000 bytes, 8 present"));
+  t = read(good.substr(0, 20));
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("truncated .npy header"));
+  t = read(good.substr(0, 7));
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("truncated .npy file (no version)"));
+  t = read("");
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("not a NumPy .npy file"));
+  // A 1.0 file with an empty header dict (10-byte prefix, less than the 12
+  // read first) and a bool array whose bytes are not 0 or 1.
+  t = read(npy_bytes("{'descr': '|b1', 'fortran_order': False, 'shape': (3,), }",
+                     std::string("\x00\x02\x01", 3)));
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  EXPECT_EQ(t->flat<bool>()[1], true);
+  t = read(npy_bytes("", ""));
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("malformed .npy header"));
+  std::filesystem::remove(path);
 }
 
 TEST(NpyErrorTest, ReadFileNamesAMissingFile) {

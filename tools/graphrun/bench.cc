@@ -149,10 +149,7 @@ int bench_command(const BenchArgs& args, std::FILE* out, std::FILE* err) {
 
   // Runtime: the graph, the signature, the runs.
   auto graph = load_graph_file(args.graph);
-  if (!graph.is_ok()) {
-    return fail(kExitRuntime,
-                fmt::format("graph file '{}': {}", args.graph, graph.status().to_string()));
-  }
+  if (!graph.is_ok()) return fail(kExitRuntime, graph_file_error(args.graph, graph.status()));
   std::vector<TensorRef> feed_names;
   std::vector<Tensor> feed_values;
   for (const FeedArg& a : feed_args) {

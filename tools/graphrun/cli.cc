@@ -1,12 +1,14 @@
 #include "tools/graphrun/cli.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <graphrun/graph_def.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <filesystem>
-#include <fstream>
 #include <limits>
 #include <optional>
 #include <set>
@@ -233,7 +235,9 @@ Result<Feed> resolve_feed(const Graph& graph, const FeedArg& arg) {
   const Shape& declared = output->shape();
   Tensor value;
   if (!arg.file.empty()) {
-    GRAPHRUN_ASSIGN_OR_RETURN(value, npy::read_file(arg.file));
+    auto read = npy::read_file(arg.file);
+    if (!read.is_ok()) return read.status().with_prefix(fmt::format("feed '{}'", arg.name));
+    value = std::move(*read);
     if (value.dtype() != dtype) {
       std::string hint;
       if (dtype != DType::kBool) hint = fmt::format(" (convert with a.astype('{}'))", dtype);
@@ -262,6 +266,36 @@ Status check_target(const Graph& graph, const std::string& name) {
   if (graph.find_node(parsed->node) == nullptr) {
     return not_found("target '{}': the graph has no node '{}'", name, parsed->node);
   }
+  return Status::ok();
+}
+
+std::string graph_file_error(std::string_view path, const Status& status) {
+  const std::string prefix = fmt::format("graph file '{}': ", path);
+  std::string_view message = status.message();
+  if (message.starts_with(prefix)) message.remove_prefix(prefix.size());
+  return fmt::format("{}{}: {}", prefix, status_code_name(status.code()), message);
+}
+
+Status write_output_file(const std::string& path, std::string_view bytes, std::string_view what) {
+  auto failed = [&](std::string_view step) {
+    return internal_error("{} '{}': cannot {}: {}", what, path, step,
+                          std::generic_category().message(errno));
+  };
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+  if (fd < 0) return failed("create the file");
+  std::size_t done = 0;
+  while (done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = EIO;
+      Status s = failed("write the file");
+      ::close(fd);
+      return s;
+    }
+    done += static_cast<std::size_t>(n);
+  }
+  if (::close(fd) != 0) return failed("write the file");
   return Status::ok();
 }
 
@@ -457,10 +491,7 @@ int run_command(const RunArgs& args, std::FILE* out, std::FILE* err) {
 
   // Runtime: the graph, the files, the run.
   auto graph = load_graph_file(args.graph);
-  if (!graph.is_ok()) {
-    return fail(kExitRuntime,
-                fmt::format("graph file '{}': {}", args.graph, graph.status().to_string()));
-  }
+  if (!graph.is_ok()) return fail(kExitRuntime, graph_file_error(args.graph, graph.status()));
   auto resolve_all = [&](const std::vector<FeedArg>& in, FeedList& feeds) -> Status {
     for (const FeedArg& a : in) {
       GRAPHRUN_ASSIGN_OR_RETURN(Feed feed, resolve_feed(*graph, a));
@@ -506,6 +537,11 @@ int run_command(const RunArgs& args, std::FILE* out, std::FILE* err) {
   }
   if (!args.out_dir.empty()) {
     std::error_code ec;
+    const auto status = std::filesystem::status(args.out_dir, ec);
+    if (std::filesystem::exists(status) && !std::filesystem::is_directory(status)) {
+      return fail(kExitRuntime,
+                  fmt::format("--out-dir '{}': exists and is not a directory", args.out_dir));
+    }
     std::filesystem::create_directories(args.out_dir, ec);
     if (ec) {
       return fail(kExitRuntime, fmt::format("--out-dir '{}': {}", args.out_dir, ec.message()));
@@ -564,12 +600,8 @@ int run_command(const RunArgs& args, std::FILE* out, std::FILE* err) {
 
   if (!args.trace.empty()) {
     const std::string json = chrome_trace_json(traced, fmt::format("graphrun run {}", args.graph));
-    std::ofstream file(args.trace, std::ios::binary | std::ios::trunc);
-    file << json;
-    file.close();
-    if (!file) {
-      return fail(kExitRuntime, fmt::format("--trace '{}': cannot write the file", args.trace));
-    }
+    Status s = write_output_file(args.trace, json, "--trace");
+    if (!s.is_ok()) return fail(kExitRuntime, s.message());
   }
   std::fflush(out);
   return kExitOk;

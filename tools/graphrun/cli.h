@@ -88,6 +88,12 @@ std::string json_escape(std::string_view s);
 // A feed argument resolved against the graph: the value with the tensor's
 // declared dtype, checked against its declared shape. Errors name the feed.
 Result<Feed> resolve_feed(const Graph& graph, const FeedArg& arg);
+// A load_graph_file failure as one message, "graph file '<path>': <Code>:
+// <message>" (the prefix once even when the message starts with it).
+std::string graph_file_error(std::string_view path, const Status& status);
+// Writes `bytes` to `path` (created or truncated); Internal "<what> '<path>':
+// cannot ...: <reason>" when it cannot (a directory, a full disk).
+Status write_output_file(const std::string& path, std::string_view bytes, std::string_view what);
 // NotFound / InvalidArgument naming the fetch or target when the graph has
 // no such tensor or node.
 Status check_fetch(const Graph& graph, const std::string& name);

@@ -91,9 +91,10 @@ Status render_svg(const std::string& dot_binary, const std::string& dot_text,
   const std::string input = tmpl;
   ::close(fd);
   const std::string errors = input + ".err";
-  {
-    std::ofstream f(input, std::ios::binary | std::ios::trunc);
-    f << dot_text;
+  if (Status s = write_output_file(input, dot_text, "--svg: temporary file"); !s.is_ok()) {
+    std::error_code ec;
+    std::filesystem::remove(input, ec);
+    return s;
   }
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
@@ -298,10 +299,7 @@ int dot_command(const DotArgs& args, std::FILE* out, std::FILE* err) {
   }
 
   auto graph = load_graph_file(args.graph);
-  if (!graph.is_ok()) {
-    return fail(kExitRuntime,
-                fmt::format("graph file '{}': {}", args.graph, graph.status().to_string()));
-  }
+  if (!graph.is_ok()) return fail(kExitRuntime, graph_file_error(args.graph, graph.status()));
   DotMarks marks;
   DotSignature& sig = marks.signature;
   std::vector<std::string> feed_names = args.feeds;
@@ -396,10 +394,8 @@ int dot_command(const DotArgs& args, std::FILE* out, std::FILE* err) {
 
   const std::string text = graph_to_dot(*graph, marks);
   if (!args.out.empty()) {
-    std::ofstream file(args.out, std::ios::binary | std::ios::trunc);
-    file << text;
-    file.close();
-    if (!file) return fail(kExitRuntime, fmt::format("-o '{}': cannot write the file", args.out));
+    Status s = write_output_file(args.out, text, "-o");
+    if (!s.is_ok()) return fail(kExitRuntime, s.message());
   }
   if (!args.svg.empty()) {
     Status s = render_svg(dot_binary, text, args.svg);

@@ -4,13 +4,16 @@
 
 #include <CLI/CLI.hpp>
 #include <cstdio>
+#include <exception>
 #include <string>
 
 #include "tools/graphrun/bench.h"
 #include "tools/graphrun/cli.h"
 #include "tools/graphrun/dot.h"
 
-int main(int argc, char** argv) {
+namespace {
+
+int run_main(int argc, char** argv) {
   namespace cli = graphrun::cli;
   CLI::App app{"graphrun: run TensorFlow-1-style graph files (GraphDef .pb / .pbtxt)", "graphrun"};
   app.require_subcommand(1);
@@ -102,4 +105,24 @@ int main(int argc, char** argv) {
   if (dot->parsed()) return cli::dot_command(dot_args, stdout, stderr);
   if (bench->parsed()) return cli::bench_command(bench_args, stdout, stderr);
   return cli::kExitUsage;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  // The commands report errors as statuses; an exception reaching here is a
+  // bug, still reported as one line and exit code 1 rather than an abort.
+  try {
+    return run_main(argc, argv);
+  } catch (const std::exception& e) {
+    // stdio only: nothing here may throw again. what() may hold newlines.
+    std::fflush(stdout);
+    std::fputs("graphrun: internal error: ", stderr);
+    for (const char* c = e.what(); *c != '\0'; ++c) std::fputc(*c == '\n' ? ' ' : *c, stderr);
+    std::fputc('\n', stderr);
+  } catch (...) {
+    std::fflush(stdout);
+    std::fputs("graphrun: internal error: an unknown exception\n", stderr);
+  }
+  return graphrun::cli::kExitRuntime;
 }

@@ -1,6 +1,9 @@
 #include "tools/graphrun/npy.h"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <bit>
@@ -8,7 +11,6 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
-#include <iterator>
 #include <optional>
 #include <system_error>
 #include <vector>
@@ -221,9 +223,17 @@ std::string descr_of(DType dtype) {
   internal::check_failed(__FILE__, __LINE__, "descr_of", "invalid dtype");
 }
 
-}  // namespace
+// Magic, version and header length: where the header dict starts and how
+// long it is.
+struct Prefix {
+  std::size_t header_offset = 0;
+  std::size_t header_len = 0;
+};
+// Magic (6 bytes), version (2) and header length (2 or 4).
+constexpr std::size_t kMaxPrefix = 12;
 
-Result<Tensor> parse(std::string_view bytes, std::string_view source) {
+// `bytes`: the file's first kMaxPrefix bytes (all of them when shorter).
+Result<Prefix> parse_prefix(std::string_view bytes, std::string_view source) {
   if (bytes.size() < kMagic.size() || bytes.substr(0, kMagic.size()) != kMagic) {
     return invalid_argument("{}: not a NumPy .npy file (bad magic; expected \\x93NUMPY)", source);
   }
@@ -239,18 +249,38 @@ Result<Tensor> parse(std::string_view bytes, std::string_view source) {
     return invalid_argument("{}: unsupported .npy format version {}.{} (1.0, 2.0, 3.0 are read)",
                             source, major, minor);
   }
-  const std::size_t prefix = 8 + len_bytes;
-  if (bytes.size() < prefix) {
+  const std::size_t header_offset = 8 + len_bytes;
+  if (bytes.size() < header_offset) {
     return invalid_argument("{}: truncated .npy file (no header length)", source);
   }
-  const std::size_t header_len = read_le(bytes, 8, static_cast<int>(len_bytes));
-  if (bytes.size() - prefix < header_len) {
+  return Prefix{header_offset, read_le(bytes, 8, static_cast<int>(len_bytes))};
+}
+
+Status check_header_size(const Prefix& prefix, std::size_t file_size, std::string_view source) {
+  if (file_size - prefix.header_offset < prefix.header_len) {
     return invalid_argument("{}: truncated .npy header: {} bytes declared, {} present", source,
-                            header_len, bytes.size() - prefix);
+                            prefix.header_len, file_size - prefix.header_offset);
   }
-  auto header = HeaderParser(bytes.substr(prefix, header_len), source).parse();
+  return Status::ok();
+}
+
+// What the header says about the data that follows it.
+struct Layout {
+  Descr descr;
+  Shape shape;
+  std::size_t count = 0;  // elements
+  std::size_t data_offset = 0;
+  std::size_t data_bytes = 0;
+};
+
+// `bytes`: at least the prefix and the header (the data may follow).
+Result<Layout> parse_layout(std::string_view bytes, std::string_view source) {
+  GRAPHRUN_ASSIGN_OR_RETURN(const Prefix prefix, parse_prefix(bytes.substr(0, kMaxPrefix), source));
+  GRAPHRUN_RETURN_IF_ERROR(check_header_size(prefix, bytes.size(), source));
+  auto header = HeaderParser(bytes.substr(prefix.header_offset, prefix.header_len), source).parse();
   if (!header.is_ok()) return header.status();
-  GRAPHRUN_ASSIGN_OR_RETURN(const Descr descr, parse_descr(*header->descr, source));
+  Layout layout;
+  GRAPHRUN_ASSIGN_OR_RETURN(layout.descr, parse_descr(*header->descr, source));
   if (*header->fortran_order) {
     return invalid_argument(
         "{}: Fortran-order arrays are not supported; save a C-order array "
@@ -264,47 +294,147 @@ Result<Tensor> parse(std::string_view bytes, std::string_view source) {
   }
   auto shape = Shape::make(dims);
   if (!shape.is_ok()) return shape.status().with_prefix(source);
-  const std::size_t item = dtype_size(descr.dtype);
-  const auto count = static_cast<std::size_t>(shape->num_elements());
-  if (count != 0 && count > (SIZE_MAX / item)) {
-    return invalid_argument("{}: shape {} is too large", source, *shape);
+  layout.shape = *shape;
+  const std::size_t item = dtype_size(layout.descr.dtype);
+  layout.count = static_cast<std::size_t>(layout.shape.num_elements());
+  if (layout.count != 0 && layout.count > (SIZE_MAX / item)) {
+    return invalid_argument("{}: shape {} is too large", source, layout.shape);
   }
-  const std::size_t data_bytes = count * item;
-  const std::size_t available = bytes.size() - prefix - header_len;
-  if (available < data_bytes) {
+  layout.data_offset = prefix.header_offset + prefix.header_len;
+  layout.data_bytes = layout.count * item;
+  return layout;
+}
+
+// The data must be exactly what the header declares.
+Status check_data_size(const Layout& layout, std::size_t file_size, std::string_view source) {
+  const std::size_t available = file_size - layout.data_offset;
+  if (available < layout.data_bytes) {
     return invalid_argument("{}: truncated .npy data: {}{} needs {} bytes, {} present", source,
-                            descr.dtype, *shape, data_bytes, available);
+                            layout.descr.dtype, layout.shape, layout.data_bytes, available);
   }
-  if (available > data_bytes) {
+  if (available > layout.data_bytes) {
     return invalid_argument("{}: {} unexpected bytes after the data of {}{}", source,
-                            available - data_bytes, descr.dtype, *shape);
+                            available - layout.data_bytes, layout.descr.dtype, layout.shape);
   }
-  GRAPHRUN_ASSIGN_OR_RETURN(Tensor t, Tensor::allocate_uninitialized(descr.dtype, *shape));
-  const char* data = bytes.data() + prefix + header_len;
-  if (descr.dtype == DType::kBool) {
+  return Status::ok();
+}
+
+// `t` holds the file's data bytes; makes them graphrun's: bools 0 or 1,
+// native byte order.
+void fix_up_data(const Layout& layout, Tensor& t) {
+  if (layout.descr.dtype == DType::kBool) {
     // Any nonzero byte is true; a bool holds only 0 or 1.
-    auto* out = static_cast<uint8_t*>(t.raw_data());
-    for (std::size_t i = 0; i < count; ++i) out[i] = data[i] != 0 ? 1 : 0;
-  } else if (data_bytes > 0) {
-    std::memcpy(t.raw_data(), data, data_bytes);
-    if (descr.big_endian != (std::endian::native == std::endian::big)) {
-      byte_swap(static_cast<char*>(t.raw_data()), count, item);
-    }
+    auto* data = static_cast<uint8_t*>(t.raw_data());
+    for (std::size_t i = 0; i < layout.count; ++i) data[i] = data[i] != 0 ? 1 : 0;
+  } else if (layout.data_bytes > 0 &&
+             layout.descr.big_endian != (std::endian::native == std::endian::big)) {
+    byte_swap(static_cast<char*>(t.raw_data()), layout.count, dtype_size(layout.descr.dtype));
   }
+}
+
+// An errno as a status naming the file: "<source>: <what>: <reason>".
+Status io_error(int err, std::string_view source, std::string_view what) {
+  const std::string reason = std::generic_category().message(err);
+  switch (err) {
+    case ENOENT:
+    case ENOTDIR: return not_found("{}: {}: {}", source, what, reason);
+    case EACCES:
+    case EPERM: return permission_denied("{}: {}: {}", source, what, reason);
+    default: return internal_error("{}: {}: {}", source, what, reason);
+  }
+}
+
+// What a stat mode that is not a regular file names, for messages.
+std::string_view file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISFIFO(mode)) return "a pipe";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+// Closes a file descriptor on scope exit.
+// Thread safety: one owner.
+class FdCloser {
+ public:
+  explicit FdCloser(int fd) : fd_(fd) {}
+  FdCloser(const FdCloser&) = delete;
+  FdCloser& operator=(const FdCloser&) = delete;
+  ~FdCloser() { ::close(fd_); }
+
+ private:
+  int fd_;
+};
+
+// Exactly `n` bytes at `offset` of `fd` into `to`.
+Status read_at(int fd, void* to, std::size_t n, std::size_t offset, std::string_view source) {
+  auto* out = static_cast<char*>(to);
+  std::size_t done = 0;
+  while (done < n) {
+    const ssize_t got = ::pread(fd, out + done, n - done, static_cast<off_t>(offset + done));
+    if (got < 0) {
+      if (errno == EINTR) continue;
+      return io_error(errno, source, "read failed");
+    }
+    if (got == 0) {
+      return internal_error("{}: the file shrank while being read ({} of {} bytes at offset {})",
+                            source, done, n, offset);
+    }
+    done += static_cast<std::size_t>(got);
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
+Result<Tensor> parse(std::string_view bytes, std::string_view source) {
+  GRAPHRUN_ASSIGN_OR_RETURN(const Layout layout, parse_layout(bytes, source));
+  GRAPHRUN_RETURN_IF_ERROR(check_data_size(layout, bytes.size(), source));
+  GRAPHRUN_ASSIGN_OR_RETURN(Tensor t,
+                            Tensor::allocate_uninitialized(layout.descr.dtype, layout.shape));
+  if (layout.data_bytes > 0) {
+    std::memcpy(t.raw_data(), bytes.data() + layout.data_offset, layout.data_bytes);
+  }
+  fix_up_data(layout, t);
   return t;
 }
 
 Result<Tensor> read_file(const std::filesystem::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) {
-    return not_found("{}: cannot open: {}", path.string(), std::generic_category().message(errno));
+  const std::string source = path.string();
+  // stat first: a device or pipe is refused without being opened.
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return io_error(errno, source, "cannot open");
+  if (!S_ISREG(st.st_mode)) {
+    return invalid_argument("{}: is {}, not a regular .npy file", source, file_kind(st.st_mode));
   }
-  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (in.bad()) {
-    return internal_error("{}: read failed: {}", path.string(),
-                          std::generic_category().message(errno));
+  // O_NONBLOCK: should the path turn into a pipe before open, open does not
+  // wait for a writer (fstat below refuses it).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) return io_error(errno, source, "cannot open");
+  const FdCloser closer(fd);
+  if (::fstat(fd, &st) != 0) return io_error(errno, source, "cannot stat");
+  if (!S_ISREG(st.st_mode)) {
+    return invalid_argument("{}: is {}, not a regular .npy file", source, file_kind(st.st_mode));
   }
-  return parse(bytes, path.string());
+  const auto size = static_cast<std::size_t>(st.st_size);
+  // The header first, and only as much as it declares and the file holds;
+  // then exactly the data bytes the header declares, when that is the rest
+  // of the file.
+  std::string head(std::min(size, kMaxPrefix), '\0');
+  GRAPHRUN_RETURN_IF_ERROR(read_at(fd, head.data(), head.size(), 0, source));
+  GRAPHRUN_ASSIGN_OR_RETURN(const Prefix prefix, parse_prefix(head, source));
+  GRAPHRUN_RETURN_IF_ERROR(check_header_size(prefix, size, source));
+  head.resize(prefix.header_offset + prefix.header_len);
+  GRAPHRUN_RETURN_IF_ERROR(read_at(fd, head.data(), head.size(), 0, source));
+  GRAPHRUN_ASSIGN_OR_RETURN(const Layout layout, parse_layout(head, source));
+  GRAPHRUN_RETURN_IF_ERROR(check_data_size(layout, size, source));
+  GRAPHRUN_ASSIGN_OR_RETURN(Tensor t,
+                            Tensor::allocate_uninitialized(layout.descr.dtype, layout.shape));
+  GRAPHRUN_RETURN_IF_ERROR(
+      read_at(fd, t.raw_data(), layout.data_bytes, layout.data_offset, source));
+  fix_up_data(layout, t);
+  return t;
 }
 
 std::string serialize(const Tensor& tensor) {

@@ -25,7 +25,12 @@ namespace graphrun::npy {
 
 // The bytes of an .npy file. `source` names them in messages (a path).
 Result<Tensor> parse(std::string_view bytes, std::string_view source = "npy data");
-// NotFound when the file cannot be opened; parse()'s errors otherwise.
+// Reads the header first, then exactly the data bytes it declares: a file
+// whose size is not header + data is refused before the data is read or
+// allocated. Messages start with the path. NotFound when the file does not
+// exist, PermissionDenied when it cannot be opened, InvalidArgument when it
+// is not a regular file (a directory, /dev/zero, a pipe) and for parse()'s
+// errors.
 Result<Tensor> read_file(const std::filesystem::path& path);
 
 // `tensor` (initialized) as .npy bytes: version 1.0 (2.0 for huge headers),

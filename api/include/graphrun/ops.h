@@ -99,8 +99,9 @@ struct Conv2DAttrs {
 Output Conv2D(Graph& g, Output input, Output filter, Conv2DAttrs attrs = {},
               std::string_view name = {});
 
-// Reductions over `axes` (negative axes count from the end; empty = none
-// for Sum/Mean/Max as in TF's op, use all_axes() to reduce everything).
+// Reductions over `axes` (negative axes count from the end; duplicates count
+// once; empty = none, the identity, as in TF's op). To reduce everything,
+// list every axis: Sum(g, x, {0, 1}) gives the scalar sum of a matrix.
 Output Sum(Graph& g, Output x, std::vector<int64_t> axes, bool keep_dims = false,
            std::string_view name = {});
 Output Mean(Graph& g, Output x, std::vector<int64_t> axes, bool keep_dims = false,

@@ -67,8 +67,22 @@ v1::TensorProto tensor_to_proto(const Tensor& tensor);
 // field name or comment), else binary.
 enum class GraphDefFormat { kBinary, kText, kAuto };
 
+// Deepest message nesting parse_graph_def accepts, in both formats: 100,
+// protobuf's default for binary (the outer GraphDef is level 0; a NodeDef
+// level 1, an attr map entry 2, its AttrValue 3, a TensorProto 4, its
+// TensorShapeProto 5, a Dim 6: real GraphDefs stay below 10). Protobuf's
+// text parser has no limit of its own and overflows the stack on a file a
+// few thousand messages deep.
+inline constexpr int kMaxGraphDefNesting = 100;
+
+// Largest graph file load_graph_file reads: INT_MAX bytes (2 GiB - 1),
+// protobuf's message size limit.
+inline constexpr int64_t kMaxGraphFileBytes = (int64_t{1} << 31) - 1;
+
 // Parses a GraphDef; InvalidArgument (with the text parser's line and
-// column for text) when the bytes are not one.
+// column for text) when the bytes are not one, or when messages nest deeper
+// than kMaxGraphDefNesting (for binary the message says so: "messages nest
+// more than 100 levels deep"; for text, protobuf's "Message is too deep").
 Result<v1::GraphDef> parse_graph_def(std::string_view bytes,
                                      GraphDefFormat format = GraphDefFormat::kAuto);
 // Serializes `def` in `format` (kAuto means binary).
@@ -77,7 +91,11 @@ Result<std::string> serialize_graph_def(const v1::GraphDef& def,
 
 // Reads a graph file: ".pb" binary, ".pbtxt" or ".txt" text, anything else
 // sniffed (kAuto); then graph_from_graph_def over the default registry.
-// NotFound when the file cannot be opened.
+// Reads exactly the size stat gives. Errors about the file start with
+// "graph file '<path>': ": NotFound when it does not exist, InvalidArgument
+// when it is not a regular file (a directory, a device such as /dev/zero, a
+// pipe) or larger than kMaxGraphFileBytes, parse_graph_def's errors; import
+// errors are graph_from_graph_def's (they start with the node).
 Result<Graph> load_graph_file(const std::filesystem::path& path);
 // Writes `graph` to `path`: text for ".pbtxt"/".txt", binary otherwise.
 // Replaces the file (written to a temporary beside it, then renamed).
