@@ -5,11 +5,14 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/support/server_interceptor.h>
+#include <sys/stat.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstddef>
 #include <mutex>
 #include <string_view>
+#include <system_error>
 #include <utility>
 #include <vector>
 
@@ -176,6 +179,10 @@ Status check_options(const ServerOptions& options) {
     return invalid_argument("max_message_bytes must be positive, got {}",
                             options.max_message_bytes);
   }
+  if ((options.unix_socket_mode & ~0777U) != 0) {
+    return invalid_argument("unix_socket_mode {:o} is not a file mode (at most 0777)",
+                            options.unix_socket_mode);
+  }
   if (options.tls_cert_pem.empty() != options.tls_key_pem.empty()) {
     return invalid_argument("TLS needs both a certificate and a private key; got only the {}",
                             options.tls_cert_pem.empty() ? "key" : "certificate");
@@ -273,12 +280,31 @@ Result<std::unique_ptr<Server>> Server::start(ServerOptions options) {
   std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
   interceptors.push_back(std::make_unique<MetricsInterceptorFactory>(impl->metrics));
   builder.experimental().SetInterceptorCreators(std::move(interceptors));
-  impl->server = builder.BuildAndStart();
   const bool is_unix = is_unix_address(options.address);
+  const bool unix_file = options.address.starts_with("unix:");
+  if (unix_file) {
+    // The socket is born without access for others (gRPC binds with the
+    // process's umask), then gets its mode; umask is process-wide, so the
+    // window is kept to the bind.
+    const mode_t old_mask = ::umask(0177);
+    impl->server = builder.BuildAndStart();
+    ::umask(old_mask);
+  } else {
+    impl->server = builder.BuildAndStart();
+  }
   if (impl->server == nullptr || (!is_unix && impl->port == 0)) {
     if (impl->server != nullptr) impl->server->Shutdown();
     return unavailable("cannot listen on '{}'{}", options.address,
                        tls ? " (or the TLS certificate and key are not a valid PEM pair)" : "");
+  }
+  if (unix_file) {
+    const std::string path = options.address.substr(std::string_view("unix:").size());
+    if (::chmod(path.c_str(), static_cast<mode_t>(options.unix_socket_mode)) != 0) {
+      const int err = errno;
+      impl->server->Shutdown();
+      return unavailable("cannot set mode {:o} on the socket '{}': {}", options.unix_socket_mode,
+                         path, std::generic_category().message(err));
+    }
   }
   if (is_unix) {
     impl->address = options.address;

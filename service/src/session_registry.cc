@@ -6,6 +6,8 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <optional>
+#include <stop_token>
 
 namespace graphrun {
 namespace {
@@ -49,6 +51,50 @@ std::string random_handle(std::string_view prefix) {
   return out;
 }
 
+// One open partial run of a session, and the turn of the calls on it: the
+// service serializes them (a call waits for the one in progress, within its
+// own deadline and stop), so that a call cancelled by its client, whose
+// step is still stopping, never makes the next call fail with "in use".
+struct OpenPartialRun {
+  explicit OpenPartialRun(PartialRunHandle h) : handle(std::move(h)) {}
+  PartialRunHandle handle;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool busy = false;  // guarded by mu
+
+  bool is_done() const { return handle.is_done(); }
+
+  // Waits for the turn; false when `options`' deadline or stop came first.
+  bool take_turn(const RunOptions& options) {
+    struct Wake {
+      OpenPartialRun* run;
+      void operator()() const {
+        const std::lock_guard lock(run->mu);
+        run->cv.notify_all();
+      }
+    };
+    std::optional<std::stop_callback<Wake>> on_stop;
+    if (options.stop_token.stop_possible()) on_stop.emplace(options.stop_token, Wake{this});
+    std::unique_lock lock(mu);
+    const auto free = [&] { return !busy || options.stop_token.stop_requested(); };
+    if (options.timeout) {
+      if (!cv.wait_for(lock, *options.timeout, free)) return false;
+    } else {
+      cv.wait(lock, free);
+    }
+    if (busy) return false;  // stopped
+    busy = true;
+    return true;
+  }
+  void end_turn() {
+    {
+      const std::lock_guard lock(mu);
+      busy = false;
+    }
+    cv.notify_one();
+  }
+};
+
 // One open session. The session is declared before the partial runs, so the
 // handles are destroyed first (a session must outlive its handles).
 struct SessionRegistry::Entry {
@@ -66,7 +112,7 @@ struct SessionRegistry::Entry {
 
   mutable std::mutex mu;
   // Guarded by mu. Open partial runs by id; shared with the calls using them.
-  std::map<std::string, std::shared_ptr<PartialRunHandle>, std::less<>> partial_runs;
+  std::map<std::string, std::shared_ptr<OpenPartialRun>, std::less<>> partial_runs;
 
   void touch() { last_use_ns.store(now_ns(), std::memory_order_relaxed); }
 
@@ -76,7 +122,7 @@ struct SessionRegistry::Entry {
     std::erase_if(partial_runs, [](const auto& kv) { return kv.second->is_done(); });
   }
 
-  Result<std::shared_ptr<PartialRunHandle>> find_partial_run(std::string_view id) const {
+  Result<std::shared_ptr<OpenPartialRun>> find_partial_run(std::string_view id) const {
     const std::lock_guard lock(mu);
     const auto it = partial_runs.find(id);
     if (it == partial_runs.end()) {
@@ -308,8 +354,8 @@ Result<std::string> SessionRegistry::partial_run_setup(std::string_view handle,
   GRAPHRUN_ASSIGN_OR_RETURN(PartialRunHandle run, entry->session->partial_run_setup(
                                                       tensor_refs(fetches), tensor_refs(feeds),
                                                       target_refs(targets), options));
-  auto shared = std::make_shared<PartialRunHandle>(std::move(run));
-  std::string id = shared->id();
+  auto shared = std::make_shared<OpenPartialRun>(std::move(run));
+  std::string id = shared->handle.id();
   const std::lock_guard lock(entry->mu);
   // Concurrent setups may both have passed the check above; the session's
   // own max_open_partial_runs (capped by the same limit) bounds them.
@@ -322,32 +368,47 @@ Result<std::vector<Tensor>> SessionRegistry::partial_run(
     const std::vector<std::string>& fetches, const std::vector<std::string>& targets,
     const RunOptions& options, RunMetadata* metadata) {
   GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<Entry> entry, find(handle));
-  GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<PartialRunHandle> run,
+  GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<OpenPartialRun> run,
                             entry->find_partial_run(partial_run_id));
-  if (run->is_done()) {
-    // Failed or cancelled (perhaps by a call still finishing it): gone for
-    // the client at once, as after the call that ended it.
+  GRAPHRUN_RETURN_IF_ERROR(check_feed_bytes(*this, feeds));
+  const auto forget = [&] {
     const std::lock_guard lock(entry->mu);
     const auto it = entry->partial_runs.find(partial_run_id);
     if (it != entry->partial_runs.end() && it->second == run) entry->partial_runs.erase(it);
+  };
+  if (!run->take_turn(options)) {
+    if (options.stop_token.stop_requested()) {
+      return cancelled(
+          "partial run '{}': the call was cancelled while it waited for the call in "
+          "progress on the same partial run",
+          partial_run_id);
+    }
+    return deadline_exceeded(
+        "partial run '{}': the call's deadline expired while it waited for the call in progress "
+        "on the same partial run",
+        partial_run_id);
+  }
+  struct EndTurn {
+    OpenPartialRun* run;
+    ~EndTurn() { run->end_turn(); }
+  } end_turn{run.get()};
+  if (run->is_done()) {
+    // Failed or cancelled (perhaps by the call that had the turn): gone for
+    // the client, as after the call that ended it.
+    forget();
     return not_found("partial run '{}' not found in session '{}'", partial_run_id, handle);
   }
-  GRAPHRUN_RETURN_IF_ERROR(check_feed_bytes(*this, feeds));
   Result<std::vector<Tensor>> out = entry->session->partial_run(
-      *run, feed_list(feeds), tensor_refs(fetches), target_refs(targets), options, metadata);
+      run->handle, feed_list(feeds), tensor_refs(fetches), target_refs(targets), options, metadata);
   entry->touch();
-  if (run->is_done()) {
-    const std::lock_guard lock(entry->mu);
-    const auto it = entry->partial_runs.find(partial_run_id);
-    if (it != entry->partial_runs.end() && it->second == run) entry->partial_runs.erase(it);
-  }
+  if (run->is_done()) forget();
   return out;
 }
 
 Status SessionRegistry::cancel_partial_run(std::string_view handle,
                                            std::string_view partial_run_id) {
   GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<Entry> entry, find(handle));
-  std::shared_ptr<PartialRunHandle> run;
+  std::shared_ptr<OpenPartialRun> run;
   {
     const std::lock_guard lock(entry->mu);
     const auto it = entry->partial_runs.find(partial_run_id);
@@ -357,7 +418,7 @@ Status SessionRegistry::cancel_partial_run(std::string_view handle,
     run = std::move(it->second);
     entry->partial_runs.erase(it);
   }
-  return entry->session->cancel_partial_run(*run);
+  return entry->session->cancel_partial_run(run->handle);
 }
 
 Status SessionRegistry::close(std::string_view handle) {

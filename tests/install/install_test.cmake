@@ -6,6 +6,7 @@
 #         [-DGENERATOR=Ninja] [-DCXX_COMPILER=g++] [-DBUILD_TYPE=Release]
 #         [-DSANITIZER=|address|thread] [-DEXTRA_PREFIX_PATH=<dir;...>]
 #         [-DEXPECT=graphdef,service]  (parts the consumer must have used)
+#         [-DEXPECT_PROGRAMS=graphrun,graphrun-server]  (must be in <prefix>/bin)
 #         -P tests/install/install_test.cmake
 #
 # Registered with ctest (label `install`) from tests/CMakeLists.txt.
@@ -49,6 +50,14 @@ run_step("cmake --install" "${CMAKE_COMMAND}" --install "${BUILD_DIR}" --prefix 
 if(NOT EXISTS "${stage}/include/graphrun/graphrun.h")
   message(FATAL_ERROR "install test: ${stage}/include/graphrun/graphrun.h is missing")
 endif()
+# The programs the build has are installed too.
+string(REPLACE "," ";" expect_programs "${EXPECT_PROGRAMS}")
+foreach(program IN LISTS expect_programs)
+  if(NOT EXISTS "${stage}/bin/${program}")
+    message(FATAL_ERROR "install test: the build has ${program} but ${stage}/bin/${program} "
+                        "was not installed")
+  endif()
+endforeach()
 file(GLOB_RECURSE config_files "${stage}/*/graphrunConfig.cmake")
 if(NOT config_files)
   message(FATAL_ERROR "install test: no graphrunConfig.cmake under ${stage}")

@@ -32,6 +32,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/service/server_process.h"
 #include "tests/service/slow_graph.h"
 #include "tests/testing/op_harness.h"
 
@@ -40,7 +41,13 @@ extern char** environ;
 namespace graphrun {
 namespace {
 
+using ::graphrun::testing::await;
+using ::graphrun::testing::byte_buffer;
+using ::graphrun::testing::Child;
+using ::graphrun::testing::kServerBinary;
+using ::graphrun::testing::slice_bytes;
 using ::graphrun::testing::slow_graph_def;
+using ::graphrun::testing::TempDir;
 
 using ::graphrun::testing::StatusIs;
 using ::graphrun::testing::TensorEq;
@@ -50,21 +57,6 @@ using ::testing::StartsWith;
 using Clock = std::chrono::steady_clock;
 
 // --- helpers --------------------------------------------------------------
-
-std::string slice_bytes(const grpc::ByteBuffer& buffer) {
-  std::vector<grpc::Slice> slices;
-  std::string out;
-  if (!buffer.Dump(&slices).ok()) return out;
-  for (const grpc::Slice& slice : slices) {
-    out.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
-  }
-  return out;
-}
-
-grpc::ByteBuffer byte_buffer(const std::string& bytes) {
-  const grpc::Slice slice(bytes);
-  return grpc::ByteBuffer(&slice, 1);
-}
 
 // grpc.health.v1.Health/Check with the empty service name, as raw bytes
 // (Debian ships no generated health stubs for C++). HealthCheckResponse's
@@ -111,33 +103,6 @@ grpc::Status run_fetch(v1::SessionService::Stub& stub, const std::string& handle
   grpc::ClientContext context;
   return stub.Run(&context, request, response);
 }
-
-// Polls `condition` every 10 ms until it holds or `timeout` passes.
-template <typename Condition>
-bool await(Condition condition, std::chrono::milliseconds timeout = std::chrono::seconds(30)) {
-  const auto deadline = Clock::now() + timeout;
-  while (!condition()) {
-    if (Clock::now() > deadline) return false;
-    std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  }
-  return true;
-}
-
-// A temporary directory, removed with its contents at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = ::testing::TempDir() + "graphrun-server-test-XXXXXX";
-    path_ = ::mkdtemp(pattern.data()) != nullptr ? pattern : "";
-  }
-  ~TempDir() {
-    if (!path_.empty()) std::system(("rm -rf '" + path_ + "'").c_str());
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 std::string read_file(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -644,107 +609,6 @@ TEST(ServerMetricsTest, UnauthenticatedCallsAreCounted) {
 }
 
 // --- the graphrun-server binary ------------------------------------------------
-
-// A child process with its stdout and stderr on pipes.
-class Child {
- public:
-  explicit Child(const std::vector<std::string>& args) {
-    int out[2];
-    int err[2];
-    if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) return;
-    posix_spawn_file_actions_t actions;
-    posix_spawn_file_actions_init(&actions);
-    posix_spawn_file_actions_adddup2(&actions, out[1], 1);
-    posix_spawn_file_actions_adddup2(&actions, err[1], 2);
-    std::vector<char*> argv;
-    for (const std::string& arg : args) argv.push_back(const_cast<char*>(arg.c_str()));
-    argv.push_back(nullptr);
-    if (posix_spawn(&pid_, argv[0], &actions, nullptr, argv.data(), environ) != 0) pid_ = -1;
-    posix_spawn_file_actions_destroy(&actions);
-    ::close(out[1]);
-    ::close(err[1]);
-    out_ = out[0];
-    err_ = err[0];
-  }
-  ~Child() {
-    if (pid_ > 0 && !exited_) {
-      ::kill(pid_, SIGKILL);
-      int status = 0;
-      ::waitpid(pid_, &status, 0);
-    }
-    if (out_ >= 0) ::close(out_);
-    if (err_ >= 0) ::close(err_);
-  }
-
-  bool started() const { return pid_ > 0; }
-  pid_t pid() const { return pid_; }
-
-  // The next line of stdout (without '\n'), waiting up to `timeout`;
-  // nullopt at end of file or timeout.
-  std::optional<std::string> read_line(std::chrono::milliseconds timeout) {
-    const auto deadline = Clock::now() + timeout;
-    for (;;) {
-      const std::size_t newline = out_buffer_.find('\n');
-      if (newline != std::string::npos) {
-        std::string line = out_buffer_.substr(0, newline);
-        out_buffer_.erase(0, newline + 1);
-        return line;
-      }
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
-      if (left.count() <= 0) return std::nullopt;
-      pollfd fd{out_, POLLIN, 0};
-      if (::poll(&fd, 1, static_cast<int>(left.count())) <= 0) continue;
-      char buffer[512];
-      const ssize_t n = ::read(out_, buffer, sizeof(buffer));
-      if (n <= 0) return std::nullopt;
-      out_buffer_.append(buffer, static_cast<std::size_t>(n));
-    }
-  }
-
-  // Waits up to `timeout` for the exit: the wait status, or nullopt.
-  std::optional<int> wait(std::chrono::milliseconds timeout) {
-    int status = 0;
-    if (!await([&] { return ::waitpid(pid_, &status, WNOHANG) == pid_; }, timeout)) {
-      return std::nullopt;
-    }
-    exited_ = true;
-    return status;
-  }
-
-  // All of stderr (call after the exit).
-  std::string read_stderr() {
-    std::string text;
-    char buffer[512];
-    ssize_t n = 0;
-    while ((n = ::read(err_, buffer, sizeof(buffer))) > 0) {
-      text.append(buffer, static_cast<std::size_t>(n));
-    }
-    return text;
-  }
-  std::string rest_of_stdout() {
-    std::string text = out_buffer_;
-    char buffer[512];
-    ssize_t n = 0;
-    while ((n = ::read(out_, buffer, sizeof(buffer))) > 0) {
-      text.append(buffer, static_cast<std::size_t>(n));
-    }
-    return text;
-  }
-
- private:
-  pid_t pid_ = -1;
-  int out_ = -1;
-  int err_ = -1;
-  bool exited_ = false;
-  std::string out_buffer_;
-};
-
-#ifdef GRAPHRUN_SERVER_BINARY
-constexpr const char* kServerBinary = GRAPHRUN_SERVER_BINARY;
-#else
-constexpr const char* kServerBinary = nullptr;
-#endif
 
 TEST(GraphrunServerBinaryTest, ServesThenExitsZeroOnSigterm) {
   if (kServerBinary == nullptr) GTEST_SKIP() << "graphrun-server is not built (tools off)";

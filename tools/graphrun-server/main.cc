@@ -13,6 +13,7 @@
 // exits 1.
 #include <fmt/format.h>
 #include <graphrun/server.h>
+#include <graphrun/session.h>
 #include <pthread.h>
 #include <signal.h>
 #include <CLI/CLI.hpp>
@@ -140,6 +141,19 @@ int main(int argc, char** argv) {
                  "nodes in one session's graph")
       ->capture_default_str()
       ->check(positive);
+  options.limits.max_inter_op_threads = graphrun::ThreadPool::default_threads();
+  app.add_option("--max-inter-op-threads", options.limits.max_inter_op_threads,
+                 fmt::format("threads one session may ask for (SessionConfig.inter_op_threads); "
+                             "default: the core count; at most {}",
+                             graphrun::ThreadPool::max_threads()))
+      ->capture_default_str()
+      ->check(positive)
+      ->check(CLI::Range(1, graphrun::ThreadPool::max_threads()));
+  std::string socket_mode = "0600";
+  app.add_option("--unix-socket-mode", socket_mode,
+                 "file mode (octal) of a unix:PATH socket; 0600: only this user (and root) may "
+                 "connect, 0660: also the socket's group")
+      ->capture_default_str();
   app.add_option("--session-idle-timeout", session_idle_timeout,
                  "close a session after this long without a call (30, 30s, 500ms, 2m; bare "
                  "numbers are seconds); 0: never")
@@ -164,6 +178,18 @@ int main(int argc, char** argv) {
     return usage_error(e.what());
   }
 
+  {
+    unsigned mode = 0;
+    const auto [end, error] =
+        std::from_chars(socket_mode.data(), socket_mode.data() + socket_mode.size(), mode, 8);
+    if (socket_mode.empty() || error != std::errc() ||
+        end != socket_mode.data() + socket_mode.size() || mode > 0777) {
+      return usage_error(
+          fmt::format("--unix-socket-mode '{}': expected an octal file mode such as 0600 or 0660",
+                      socket_mode));
+    }
+    options.unix_socket_mode = mode;
+  }
   options.limits.max_sessions = static_cast<std::size_t>(max_sessions);
   options.limits.max_partial_runs_per_session = static_cast<std::size_t>(max_partial_runs);
   auto session_idle = parse_duration("--session-idle-timeout", session_idle_timeout);

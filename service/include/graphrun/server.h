@@ -30,6 +30,11 @@ struct ServerOptions {
   // Largest request and response message, bytes. A larger request fails
   // with RESOURCE_EXHAUSTED before it reaches the service.
   int max_message_bytes = 64 << 20;
+  // File mode of the socket of a "unix:PATH" address: by default only the
+  // server's user (and root) may connect. 0660 lets the socket's group in
+  // too. ("unix-abstract:" sockets have no file and no permissions: any
+  // process in the network namespace may connect.)
+  unsigned unix_socket_mode = 0600;
   ServiceLimits limits;
 
   // TLS: the server's certificate chain and private key, PEM *contents*

@@ -133,6 +133,10 @@ class SessionRegistry {
                                         const std::vector<std::string>& targets,
                                         const RunOptions& options = {});
   // Session::partial_run on the partial run `partial_run_id` of the session.
+  // Calls on one partial run take turns: a call waits for the one in
+  // progress (DeadlineExceeded or Cancelled when its own deadline or stop
+  // comes first), so that a call whose client went away never makes the
+  // next one fail as "in use".
   // NotFound naming the id when the session has no such open partial run
   // (a completed, failed or cancelled one is forgotten after the call that
   // ended it). ResourceExhausted as run() for the feeds.
