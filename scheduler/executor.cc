@@ -67,11 +67,56 @@ SessionImpl::~SessionImpl() {
   // Flow graphs are destroyed inside the arena they belong to.
   std::vector<std::shared_ptr<PlanEntry>> entries = cache_.take_all();
   in_arena([&] {
+    // Partial runs that ended while the pool was busy.
+    finish_ended_runs();
     // A Callable or an inert partial-run handle may keep an entry alive
     // past the session: its pooled flow graphs still die here, in the arena.
     for (const std::shared_ptr<PlanEntry>& e : entries) e->pool.clear();
     entries.clear();
   });
+}
+
+void SessionImpl::finish_in_arena(EndedRun& run) {
+  for (int f : run.unfed) run.inst->put_feed(f);
+  run.inst->wait_quiet();
+  run.inst->state().finish();
+  // A closing session keeps no instance: its plans may outlive it in
+  // handles, but their flow graphs must die in its arena (here).
+  if (check_open().is_ok()) run.inst = run.entry->pool.give_back(std::move(run.inst));
+  // An inline step runs outside the arena: enter it (from inside, no
+  // permit is taken).
+  if (run.inst != nullptr) in_arena([&] { run.inst.reset(); });
+}
+
+void SessionImpl::finish_detached(EndedRun& run) {
+  for (int f : run.unfed) run.inst->put_feed(f);
+  run.inst->wait_quiet();
+  run.inst->state().finish();
+  run.inst.reset();
+}
+
+void SessionImpl::finish_ended_run(const Plan& plan, EndedRun run) {
+  const WaitLimits at_once{std::chrono::steady_clock::now(), {}, nullptr};
+  bool done = false;
+  const Status admitted = run_step(plan, false, at_once, [&] {
+    finish_in_arena(run);
+    done = true;
+  });
+  if (admitted.is_ok() && done) return;
+  const std::lock_guard lock(ended_mu_);
+  ended_runs_.push_back(std::move(run));
+  has_ended_runs_.store(true, std::memory_order_release);
+}
+
+void SessionImpl::finish_ended_runs() {
+  std::vector<EndedRun> runs;
+  {
+    const std::lock_guard lock(ended_mu_);
+    runs.swap(ended_runs_);
+    has_ended_runs_.store(false, std::memory_order_relaxed);
+  }
+  for (EndedRun& run : runs) finish_in_arena(run);
+  runs.clear();  // the runs' listeners, released here, inside the arena
 }
 
 Status SessionImpl::admission_status(Permits::Outcome outcome) const {

@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "scheduler/flow_graph.h"
 #include "scheduler/plan.h"
 #include "scheduler/plan_cache.h"
 #include "scheduler/striped.h"
@@ -94,11 +95,33 @@ class SessionImpl {
   // fn does not run: the status says why (DeadlineExceeded, Cancelled).
   template <typename F>
   Status run_step(const Plan& plan, bool trace, const WaitLimits& limits, F&& fn) {
+    auto body = [&] {
+      // acquire: pairs with finish_ended_run's release.
+      if (has_ended_runs_.load(std::memory_order_acquire)) finish_ended_runs();
+      fn();
+    };
     const Permits::Outcome outcome = plan.run_inline && !trace
-                                         ? pool_->impl().run_inline(limits, std::forward<F>(fn))
-                                         : pool_->impl().execute(limits, std::forward<F>(fn));
+                                         ? pool_->impl().run_inline(limits, body)
+                                         : pool_->impl().execute(limits, body);
     return admission_status(outcome);
   }
+
+  // What a partial run leaves when it ends: its instance, to be drained
+  // (the feeds never given put, so every pending node fires, skipped),
+  // waited for and handed back to its plan's pool.
+  struct EndedRun {
+    std::unique_ptr<FlowInstance> inst;
+    std::shared_ptr<PlanEntry> entry;
+    std::vector<int> unfed;  // feeds to put to drain a run that did not complete
+    std::shared_ptr<void> listener;  // the run its nodes report to, kept alive
+  };
+  // Cleans `run` up now when a thread of the pool is free at once (or the
+  // caller is inside the arena), else keeps it for the next step of this
+  // session that gets a thread, or for the destructor. Never waits for a
+  // busy pool.
+  void finish_ended_run(const Plan& plan, EndedRun run);
+  // The same for a run whose session is gone (no arena to enter).
+  static void finish_detached(EndedRun& run);
   // The same with no limit on the wait (cleanup that must run).
   template <typename F>
   void run_step(const Plan& plan, bool trace, F&& fn) {
@@ -140,6 +163,10 @@ class SessionImpl {
   Result<OpKernel*> kernel_for(const Node& node);
   // Why a wait for a permit gave up, as the step's status (OK: it did not).
   Status admission_status(Permits::Outcome outcome) const;
+  // Cleans up `run` inside the arena (a permit held).
+  void finish_in_arena(EndedRun& run);
+  // Cleans up the runs finish_ended_run kept (inside the arena).
+  void finish_ended_runs();
   // A new step's control: a fresh step id, this session's flags and pool,
   // and a deadline `timeout` from now if given.
   StepControl step_control(bool trace, std::optional<std::chrono::milliseconds> timeout);
@@ -163,6 +190,11 @@ class SessionImpl {
   StripedCounter calls_in_flight_;           // public calls inside the session
   std::atomic<int64_t> next_run_serial_{1};  // relaxed: uniqueness only
   std::chrono::steady_clock::time_point epoch_;
+
+  // Ended partial runs waiting for a thread to clean them up.
+  std::mutex ended_mu_;
+  std::vector<EndedRun> ended_runs_;  // guarded by ended_mu_
+  std::atomic<bool> has_ended_runs_{false};
 
   mutable std::mutex runs_mu_;
   std::unordered_map<std::string, std::shared_ptr<PartialRun>> open_runs_;  // guarded by runs_mu_

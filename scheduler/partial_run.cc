@@ -237,41 +237,47 @@ Result<std::vector<Tensor>> PartialRun::call(const FeedList& feeds,
   awaited.erase(std::unique(awaited.begin(), awaited.end()), awaited.end());
 
   state.set_trace(options.trace && metadata != nullptr);
-  for (std::size_t i = 0; i < feeds.size(); ++i) {
-    state.set_feed(feed_ids[i], feeds[i].value);
-    fed_[static_cast<std::size_t>(feed_ids[i])] = 1;
-  }
-  Timer::Id deadline_timer = 0;
-  if (options.timeout) {
-    deadline_timer = session->timer().schedule(
-        std::chrono::steady_clock::now() + *options.timeout, [this, timeout = *options.timeout] {
-          // Cancelled before the call returns, so `this` is alive.
-          record_error(deadline_exceeded("partial run {}: the call's deadline of {} ms expired",
-                                         id_, timeout.count()));
-        });
-  }
   // A stop requested while this call is in progress cancels the run.
-  auto on_stop = on_stop_requested(options.stop_token, [this] {
-    record_error(cancelled("partial run {}: the call was cancelled by its caller", id_));
-  });
+  struct StopCall {
+    PartialRun* run;
+    void operator()() const {
+      run->record_error(
+          cancelled("partial run {}: the call was cancelled by its caller", run->id_));
+    }
+  };
+  std::optional<std::stop_callback<StopCall>> on_stop;
+  Timer::Id deadline_timer = 0;
   std::optional<std::chrono::steady_clock::time_point> deadline;
   if (options.timeout) deadline = std::chrono::steady_clock::now() + *options.timeout;
-  const Status admitted =
-      session->run_step(plan_, options.trace && metadata != nullptr,
-                        session->wait_limits(deadline, options.stop_token), [&] {
-                          if (plan_.run_inline) {
-                            // Every node the feeds make ready runs before put_feed returns.
-                            for (int f : feed_ids) instance_->put_feed(f);
-                            return;
-                          }
-                          for (int k : awaited) install_waiter(k);
-                          // seq_cst read after installing (see RunState::record_error): an error
-                          // recorded before the handles existed is seen here.
-                          if (state.failed()) on_error();
-                          for (int f : feed_ids) instance_->put_feed(f);
-                          group_->wait();
-                        });
-  // No permit came in time: the call's deadline, its stop or close() ended
+  const Status admitted = session->run_step(
+      plan_, options.trace && metadata != nullptr,
+      session->wait_limits(deadline, options.stop_token), [&] {
+        // Admitted: from here on the call acts on the run.
+        for (std::size_t i = 0; i < feeds.size(); ++i) {
+          state.set_feed(feed_ids[i], feeds[i].value);
+          fed_[static_cast<std::size_t>(feed_ids[i])] = 1;
+        }
+        if (deadline) {
+          deadline_timer = session->timer().schedule(*deadline, [this, timeout = *options.timeout] {
+            // Cancelled before the call returns, so `this` is alive.
+            record_error(deadline_exceeded("partial run {}: the call's deadline of {} ms expired",
+                                           id_, timeout.count()));
+          });
+        }
+        if (options.stop_token.stop_possible()) on_stop.emplace(options.stop_token, StopCall{this});
+        if (plan_.run_inline) {
+          // Every node the feeds make ready runs before put_feed returns.
+          for (int f : feed_ids) instance_->put_feed(f);
+          return;
+        }
+        for (int k : awaited) install_waiter(k);
+        // seq_cst read after installing (see RunState::record_error): an error
+        // recorded before the handles existed is seen here.
+        if (state.failed()) on_error();
+        for (int f : feed_ids) instance_->put_feed(f);
+        group_->wait();
+      });
+  // No thread came in time: the call's deadline, its stop or close() ended
   // the wait, and ends the run as it would have ended the step.
   if (!admitted.is_ok()) record_error(admitted);
   if (deadline_timer != 0) session->timer().cancel(deadline_timer);
@@ -313,30 +319,21 @@ void PartialRun::end(const Status& status) {
     std::lock_guard lock(session_mu_);
     session = session_;
   }
-  auto finish = [&] {
-    if (!status.is_ok()) {
-      // Drain: put every feed not given; every remaining node then fires,
-      // skipped, and every continue_node count returns to zero.
-      for (std::size_t f = 0; f < fed_.size(); ++f) {
-        if (fed_[f] == 0) inst->put_feed(static_cast<int>(f));
-      }
+  // The instance's nodes may still report to this run (its listener)
+  // until it is drained: it keeps the run alive.
+  SessionImpl::EndedRun ended{std::move(inst), entry_, {}, shared_from_this()};
+  if (!status.is_ok()) {
+    for (std::size_t f = 0; f < fed_.size(); ++f) {
+      if (fed_[f] == 0) ended.unfed.push_back(static_cast<int>(f));
     }
-    inst->wait_quiet();
-    inst->state().finish();
-    // A closing session keeps no instance: its plans may outlive it in
-    // handles, but their flow graphs must die in its arena.
-    if (session != nullptr && session->check_open().is_ok()) {
-      inst = entry_->pool.give_back(std::move(inst));  // handed back if the pool is full
-    }
-    if (inst != nullptr && session != nullptr) {
-      session->in_arena([&] { inst.reset(); });  // flow graphs die in the arena
-    }
-    inst.reset();
-  };
+  }
   if (session != nullptr) {
-    session->run_step(plan_, false, finish);
+    // Cleaned up now if a thread of the pool is free at once, else by the
+    // session's next step (or its destructor): ending a run never waits
+    // for a busy pool.
+    session->finish_ended_run(plan_, std::move(ended));
   } else {
-    finish();
+    SessionImpl::finish_detached(ended);
   }
   end_status_ = status;
   ended_.store(true, std::memory_order_release);

@@ -29,7 +29,9 @@ class SessionImpl;
 // Thread safety: thread-safe. Calls (call()) are serialized by call_mu_ (a
 // second concurrent call gets FailedPrecondition); cancel() may come from
 // any thread at any time; node bodies report through the StepListener.
-class PartialRun final : public StepListener {
+// Always owned by shared_ptr (an ended run's instance, cleaned up later,
+// keeps its listener alive).
+class PartialRun final : public StepListener, public std::enable_shared_from_this<PartialRun> {
  public:
   PartialRun(SessionImpl* session, std::shared_ptr<PlanEntry> entry, Signature signature,
              std::string id);

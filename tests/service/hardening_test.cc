@@ -302,7 +302,8 @@ TEST_F(ServerHardeningTest, CancelledPartialRunCallLetsGoOfItsHandle) {
       v1::PartialRunSetupResponse handle;
       {
         grpc::ClientContext context;
-        if (!stub->PartialRunSetup(&context, setup, &handle).ok()) return;
+        answers[c] = stub->PartialRunSetup(&context, setup, &handle);
+        if (!answers[c].ok()) return;
       }
       auto call = [&](const char* feed, const Tensor& value, const char* fetch,
                       grpc::ClientContext& context) {
@@ -318,7 +319,8 @@ TEST_F(ServerHardeningTest, CancelledPartialRunCallLetsGoOfItsHandle) {
       };
       {
         grpc::ClientContext context;
-        if (!call("a", Tensor(1.0f), "a2", context).ok()) return;
+        answers[c] = call("a", Tensor(1.0f), "a2", context);
+        if (!answers[c].ok()) return;
       }
       {
         grpc::ClientContext context;
@@ -329,7 +331,11 @@ TEST_F(ServerHardeningTest, CancelledPartialRunCallLetsGoOfItsHandle) {
         const grpc::Status slow =
             call("x", Tensor::filled(Shape{256, 256}, 0.001f), "slow", context);
         canceller.join();
-        if (slow.error_code() != grpc::StatusCode::CANCELLED) return;
+        if (slow.error_code() != grpc::StatusCode::CANCELLED) {
+          answers[c] = grpc::Status(grpc::StatusCode::INTERNAL,
+                                    "the slow call was not cancelled: " + slow.error_message());
+          return;
+        }
       }
       grpc::ClientContext context;
       answers[c] = call("x", Tensor::filled(Shape{256, 256}, 0.001f), "slow", context);
@@ -342,6 +348,11 @@ TEST_F(ServerHardeningTest, CancelledPartialRunCallLetsGoOfItsHandle) {
     EXPECT_THAT(answers[c].error_message(), Not(HasSubstr("in use")));
   }
   expect_still_serving(*channel);
+  if (HasFailure()) {
+    const auto status = server.child().wait(std::chrono::milliseconds(100));
+    ADD_FAILURE() << "server exit status " << (status ? *status : -1) << ", stderr:\n"
+                  << server.child().read_stderr();
+  }
 }
 
 TEST_F(ServerHardeningTest, UnixSocketIsOwnerOnlyByDefault) {

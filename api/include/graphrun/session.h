@@ -126,6 +126,10 @@ struct RunOptions {
   // the run. partial_run_setup(): the whole partial run, until it ends.
   // partial_run(): the whole partial run, while that call is in progress.
   // The default token cannot be stopped and costs nothing.
+  // A call that waits for a thread of its pool (all of them busy) gives up
+  // at its stop, its timeout or the session's close(), and returns
+  // Cancelled or DeadlineExceeded (a partial-run call then ends its
+  // partial run, as a stop or deadline during the step would).
   std::stop_token stop_token;
 };
 
