@@ -557,4 +557,21 @@ Result<v1::GraphDef> graph_to_graph_def(const Graph& graph) {
   return out;
 }
 
+int64_t graph_def_tensor_bytes(const v1::GraphDef& def) {
+  constexpr int64_t kCap = kMaxTensorProtoBytes + 1;
+  int64_t total = 0;
+  const auto add = [&](const v1::TensorProto& t) {
+    total = std::min(total + tensor_proto_bytes(t), kCap);
+  };
+  for (const v1::NodeDef& node : def.node()) {
+    for (const auto& [name, value] : node.attr()) {
+      if (value.has_tensor()) add(value.tensor());
+      if (value.has_list()) {
+        for (const v1::TensorProto& t : value.list().tensor()) add(t);
+      }
+    }
+  }
+  return total;
+}
+
 }  // namespace graphrun

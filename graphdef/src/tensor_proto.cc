@@ -152,6 +152,20 @@ void fill_from_values(std::span<const V> values, std::span<T> out) {
 
 }  // namespace
 
+int64_t tensor_proto_bytes(const v1::TensorProto& proto) {
+  if (!proto.tensor_content().empty()) return static_cast<int64_t>(proto.tensor_content().size());
+  int64_t bytes = 8;
+  if (Result<DType> dtype = dtype_from_proto(proto.dtype()); dtype.is_ok()) {
+    bytes = static_cast<int64_t>(dtype_size(*dtype));
+  }
+  for (const auto& dim : proto.tensor_shape().dim()) {
+    if (dim.size() <= 0) return 0;
+    if (bytes > kMaxTensorProtoBytes / dim.size()) return kMaxTensorProtoBytes + 1;
+    bytes *= dim.size();
+  }
+  return std::min(bytes, kMaxTensorProtoBytes + 1);
+}
+
 Result<Tensor> tensor_from_proto(const v1::TensorProto& proto) {
   GRAPHRUN_ASSIGN_OR_RETURN(DType dtype, dtype_from_proto(proto.dtype()));
   GRAPHRUN_ASSIGN_OR_RETURN(Shape shape, tensor_shape_from_proto(proto.tensor_shape()));

@@ -62,32 +62,11 @@ void rate_limited_log(google::protobuf::LogLevel level, const char* /*filename*/
 
 // ---- requests ----
 
-// The bytes a TensorProto decodes to, computed before decoding (a single
-// typed value may ask for any shape). Saturates past kMaxTensorProtoBytes;
-// malformed shapes count 0 and fail in tensor_from_proto.
-int64_t proto_tensor_bytes(const v1::TensorProto& proto) {
-  if (!proto.tensor_content().empty()) return static_cast<int64_t>(proto.tensor_content().size());
-  int64_t size = 8;
-  switch (proto.dtype()) {
-    case v1::DT_BOOL: size = 1; break;
-    case v1::DT_FLOAT:
-    case v1::DT_INT32: size = 4; break;
-    default: break;
-  }
-  int64_t bytes = size;
-  for (const auto& dim : proto.tensor_shape().dim()) {
-    if (dim.size() <= 0) return 0;
-    if (bytes > kMaxTensorProtoBytes / dim.size()) return kMaxTensorProtoBytes + 1;
-    bytes *= dim.size();
-  }
-  return bytes;
-}
-
 template <typename Feeds>
 Result<NamedTensors> decode_feeds(const SessionRegistry& registry, const Feeds& feeds) {
   int64_t bytes = 0;
   for (const v1::NamedTensorProto& feed : feeds) {
-    bytes = std::min(bytes + proto_tensor_bytes(feed.tensor()), kMaxTensorProtoBytes + 1);
+    bytes = std::min(bytes + tensor_proto_bytes(feed.tensor()), kMaxTensorProtoBytes + 1);
   }
   GRAPHRUN_RETURN_IF_ERROR(registry.check_request_bytes(bytes));
   NamedTensors out;

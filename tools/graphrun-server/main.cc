@@ -141,6 +141,15 @@ int main(int argc, char** argv) {
                  "nodes in one session's graph")
       ->capture_default_str()
       ->check(positive);
+  app.add_option("--max-session-bytes", options.limits.max_session_bytes,
+                 "estimated memory one session may hold (its GraphDefs' tensors plus about "
+                 "1.5 KB per node)")
+      ->capture_default_str()
+      ->check(positive);
+  app.add_option("--max-total-session-bytes", options.limits.max_total_session_bytes,
+                 "the same, summed over all open sessions")
+      ->capture_default_str()
+      ->check(positive);
   options.limits.max_inter_op_threads = graphrun::ThreadPool::default_threads();
   app.add_option("--max-inter-op-threads", options.limits.max_inter_op_threads,
                  fmt::format("threads one session may ask for (SessionConfig.inter_op_threads); "

@@ -52,6 +52,17 @@ Result<v1::GraphDef> graph_to_graph_def(const Graph& graph);
 // capped before anything is allocated.
 inline constexpr int64_t kMaxTensorProtoBytes = int64_t{1} << 31;
 
+// The bytes `proto` decodes to, computed without decoding anything: the
+// size of `tensor_content`, else elements x dtype size (one typed value can
+// ask for any shape; unknown dtypes count 8 bytes an element). Saturates at
+// kMaxTensorProtoBytes + 1; a shape with a dimension below 1 counts 0
+// (tensor_from_proto refuses or makes it empty). Thread-safe.
+int64_t tensor_proto_bytes(const v1::TensorProto& proto);
+// The sum of tensor_proto_bytes over every tensor an import of `def` would
+// materialize (each attribute of type tensor or list(tensor): a Const's
+// value), saturating at kMaxTensorProtoBytes + 1. Thread-safe.
+int64_t graph_def_tensor_bytes(const v1::GraphDef& def);
+
 // A tensor from its proto: `tensor_content` (little-endian bytes whose size
 // must equal elements x dtype size) or the dtype's typed field (fewer values
 // than elements: the last repeats; none: zeros; more: InvalidArgument).

@@ -21,6 +21,7 @@
 #include <graphrun/tensor.h>
 #include <graphrun/v1/graph.pb.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstddef>
@@ -49,6 +50,13 @@ struct ServiceLimits {
   int64_t max_tensor_bytes_per_request = int64_t{256} << 20;
   // Nodes in one session's graph (at create and after each extend).
   int64_t max_graph_nodes = 1'000'000;
+  // Estimated memory one session may hold: the tensors its GraphDefs make
+  // the server materialize (Const values) plus kEstimatedBytesPerNode per
+  // node (graph, kernels, plans, the kept GraphDef). Checked at create and
+  // at each extend; ResourceExhausted naming the field past it.
+  int64_t max_session_bytes = int64_t{1} << 30;
+  // The same estimate summed over every open session.
+  int64_t max_total_session_bytes = int64_t{4} << 30;
   // Threads one session may ask for (SessionOptions::inter_op_threads,
   // SessionConfig.inter_op_threads). 0: one per core
   // (ThreadPool::default_threads()). At most ThreadPool::max_threads().
@@ -61,6 +69,12 @@ struct ServiceLimits {
   // 0: sessions keep their own setting.
   std::chrono::milliseconds partial_run_idle_timeout{0};
 };
+
+// What one graph node costs a server's session, measured (bench: the
+// memory_per_node test in tests/service/memory_test.cc): the node, its
+// kernel, its share of plans and flow graphs, and its NodeDef kept for
+// extend, about 1.3 KB for a small node; rounded up.
+inline constexpr int64_t kEstimatedBytesPerNode = 1536;
 
 // A fed tensor by name ("node" or "node:k").
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
@@ -100,8 +114,13 @@ class SessionRegistry {
   };
   // Imports `graph_def` (graph_from_graph_def's rules and errors) and opens
   // a session on it with `options` (max_open_partial_runs capped by the
-  // limit). ResourceExhausted when max_sessions are open; InvalidArgument
-  // when options.inter_op_threads is above max_inter_op_threads().
+  // limit). ResourceExhausted when max_sessions are open, when the tensors
+  // the GraphDef makes the server materialize (Const values, and the
+  // outputs of Fill nodes whose shapes are known at build time) exceed
+  // max_tensor_bytes_per_request (checked before any is made), or when the
+  // session's estimated memory exceeds max_session_bytes or, with the other
+  // sessions', max_total_session_bytes. InvalidArgument when
+  // options.inter_op_threads is above max_inter_op_threads().
   Result<Created> create(const v1::GraphDef& graph_def, SessionOptions options = {});
 
   // The session behind `handle`, kept alive by the returned pointer even if
@@ -113,7 +132,9 @@ class SessionRegistry {
   // the session's nodes as inputs) when `current_graph_version` is the
   // session's version; returns the new version (one more). A stale version
   // is FailedPrecondition naming both versions; a bad node is the import's
-  // InvalidArgument naming it. Extends of one session are serialized.
+  // InvalidArgument naming it; the new nodes' tensors and the grown
+  // session's memory are checked as at create. Extends of one session are
+  // serialized.
   Result<int64_t> extend(std::string_view handle, const v1::GraphDef& new_nodes,
                          int64_t current_graph_version);
 
@@ -162,6 +183,8 @@ class SessionRegistry {
   // The open sessions, ordered by handle.
   std::vector<SessionInfo> list() const;
   std::size_t size() const;
+  // The estimated memory of the open sessions (see max_session_bytes).
+  int64_t held_bytes() const;
 
   // The limit check run() and partial_run() apply to decoded feeds, for
   // callers that can count bytes before decoding (the gRPC layer).
@@ -172,6 +195,15 @@ class SessionRegistry {
   Result<std::shared_ptr<Entry>> find(std::string_view handle) const;
 
   Status check_graph_nodes(int64_t nodes) const;
+  // The limit checks on a GraphDef before it is imported (its tensors).
+  Status check_graph_def_tensors(const v1::GraphDef& def) const;
+  // The tensors of nodes [first, end) of `graph` that every run makes at a
+  // size known now (Fill), plus `constants`, against
+  // max_tensor_bytes_per_request.
+  Status check_materialized(const Graph& graph, int first, int64_t constants) const;
+  // Reserves `bytes` more of the session budgets for a session that holds
+  // `current` already; ResourceExhausted naming the limit.
+  Status reserve_bytes(int64_t current, int64_t bytes);
   void sweep_until_stopped();
 
   const ServiceLimits limits_;
@@ -181,6 +213,9 @@ class SessionRegistry {
   // Guarded by mu_. The handles the sweeper closed most recently, so that
   // a late call learns why its session is gone (bounded, oldest dropped).
   std::deque<std::string> expired_;
+  // The estimated memory of open sessions; shared with the entries, which
+  // give their part back when destroyed.
+  std::shared_ptr<std::atomic<int64_t>> held_bytes_ = std::make_shared<std::atomic<int64_t>>(0);
   // The sweeper (only with a session_idle_timeout).
   std::condition_variable sweeper_cv_;
   bool stopping_ = false;  // guarded by mu_
