@@ -79,6 +79,13 @@ TEST_F(CliTest, BenchErrors) {
       "exactly one of --runs N and --seconds S");
   expect_error(run({"bench", g, "--feed", "x=1,,3", "--fetch", "add", "--runs", "5"}), 2, "x");
   expect_error(run({"bench", g, "--runs", "5"}), 2, "nothing to run");
+  // A thread count past the cap is refused before any pool is made (65537
+  // once crashed in oneTBB when the pool was destroyed).
+  for (const char* threads : {"65537", "10000000", "2147483647"}) {
+    expect_error(run({"bench", g, "--feed", "x=1,2,3", "--fetch", "add", "--runs", "5",
+                      "--inter-op-threads", threads}),
+                 2, std::string("--inter-op-threads ") + threads + ": at most");
+  }
   // An unfed placeholder fails when the signature is compiled.
   expect_error(run({"bench", g, "--fetch", "add", "--runs", "5"}), 1, "'x'");
   expect_error(run({"bench", g, "--feed", "x=1,2", "--fetch", "add", "--runs", "5"}), 1,

@@ -137,6 +137,13 @@ int bench_command(const BenchArgs& args, std::FILE* out, std::FILE* err) {
     return fail(kExitUsage,
                 fmt::format("--inter-op-threads {}: must be >= 0", args.inter_op_threads));
   }
+  if (args.inter_op_threads > ThreadPool::max_threads()) {
+    return fail(kExitUsage,
+                fmt::format("--inter-op-threads {}: at most {} (ThreadPool::max_threads(): {} per "
+                            "core)",
+                            args.inter_op_threads, ThreadPool::max_threads(),
+                            ThreadPool::kMaxThreadsPerCore));
+  }
   if (args.fetches.empty() && args.targets.empty()) {
     return fail(kExitUsage, "nothing to run: give at least one --fetch or --target");
   }
