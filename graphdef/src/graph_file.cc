@@ -22,6 +22,8 @@
 #include <system_error>
 #include <vector>
 
+#include "api/src/posix_file.h"
+
 namespace graphrun {
 namespace {
 
@@ -76,28 +78,8 @@ Status io_error(int err, std::string_view what) {
   }
 }
 
-// What a stat mode that is not a regular file names, for messages.
-std::string_view file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  if (S_ISFIFO(mode)) return "a pipe";
-  if (S_ISSOCK(mode)) return "a socket";
-  return "not a regular file";
-}
-
-// Closes a file descriptor on scope exit.
-// Thread safety: one owner.
-class FdCloser {
- public:
-  explicit FdCloser(int fd) : fd_(fd) {}
-  FdCloser(const FdCloser&) = delete;
-  FdCloser& operator=(const FdCloser&) = delete;
-  ~FdCloser() { ::close(fd_); }
-
- private:
-  int fd_;
-};
+using internal::FdCloser;
+using internal::file_kind;
 
 // The bytes of the regular file `path`: exactly the size stat reports when
 // it is opened, refused past kMaxGraphFileBytes. Every message starts with

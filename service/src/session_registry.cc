@@ -498,6 +498,7 @@ Result<std::vector<Tensor>> SessionRegistry::partial_run(
     const auto it = entry->partial_runs.find(partial_run_id);
     if (it != entry->partial_runs.end() && it->second == run) entry->partial_runs.erase(it);
   };
+  const auto waited_from = std::chrono::steady_clock::now();
   if (!run->take_turn(options)) {
     if (options.stop_token.stop_requested()) {
       return cancelled(
@@ -520,8 +521,17 @@ Result<std::vector<Tensor>> SessionRegistry::partial_run(
     forget();
     return not_found("partial run '{}' not found in session '{}'", partial_run_id, handle);
   }
-  Result<std::vector<Tensor>> out = entry->session->partial_run(
-      run->handle, feed_list(feeds), tensor_refs(fetches), target_refs(targets), options, metadata);
+  // The call's timeout counts from its arrival, the wait for its turn
+  // included.
+  RunOptions call_options = options;
+  if (call_options.timeout) {
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - waited_from);
+    call_options.timeout = std::max(std::chrono::milliseconds(0), *call_options.timeout - waited);
+  }
+  Result<std::vector<Tensor>> out =
+      entry->session->partial_run(run->handle, feed_list(feeds), tensor_refs(fetches),
+                                  target_refs(targets), call_options, metadata);
   entry->touch();
   if (run->is_done()) forget();
   return out;

@@ -240,5 +240,43 @@ TEST(SessionRegistryTest, AbandonedPartialRunsAreCollected) {
   EXPECT_EQ(open_runs(), 0);
 }
 
+// Calls on one partial run take turns: a second call waits for the one in
+// progress instead of failing "in use", and gives up at its own deadline.
+TEST(SessionRegistryTest, CallsOnOnePartialRunTakeTurns) {
+  Graph g;
+  Output a = ops::Placeholder(g, DType::kFloat32, Shape{}, "a");
+  ops::Identity(g, a, "a2");
+  Output m = ops::Placeholder(g, DType::kFloat32, Shape{256, 256}, "x");
+  for (int i = 0; i < 300; ++i) m = ops::MatMul(g, m, m);
+  ops::Identity(g, m, "slow");
+  SessionRegistry registry;
+  const std::string s = registry.create(graph_to_graph_def(g).value()).value().handle;
+  const std::string pr = registry.partial_run_setup(s, {"a", "x"}, {"a2", "slow"}, {}).value();
+  Result<std::vector<Tensor>> slow = internal_error("not run");
+  std::thread first([&] {
+    slow =
+        registry.partial_run(s, pr, {{"x", Tensor::filled(Shape{256, 256}, 0.001f)}}, {"slow"}, {});
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let it take its turn
+  RunOptions hurried;
+  hurried.timeout = std::chrono::milliseconds(1);
+  const auto gave_up = registry.partial_run(s, pr, {{"a", Tensor(1.0f)}}, {"a2"}, {}, hurried);
+  // Waits for the first call, then runs (a is still unfed: the run is as it was).
+  const auto second = registry.partial_run(s, pr, {{"a", Tensor(1.0f)}}, {"a2"}, {});
+  first.join();
+  EXPECT_THAT(slow, IsOk());
+  if (gave_up.is_ok()) {
+    GTEST_LOG_(INFO) << "the first call ended within 1 ms of the second's arrival";
+  } else {
+    EXPECT_THAT(gave_up, StatusIs(StatusCode::kDeadlineExceeded, "the call in progress"));
+  }
+  // The hurried call either never ran (a still unfed) or fed a itself.
+  if (gave_up.is_ok()) {
+    EXPECT_THAT(second, StatusIs(StatusCode::kNotFound, pr));  // the run completed
+  } else {
+    EXPECT_THAT(second, IsOkAndHolds(ElementsAre(TensorEq(Tensor(1.0f)))));
+  }
+}
+
 }  // namespace
 }  // namespace graphrun
