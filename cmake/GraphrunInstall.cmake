@@ -21,7 +21,11 @@ if(GRAPHRUN_GRAPHDEF)
   list(APPEND GRAPHRUN_INSTALL_TARGETS graphrun_proto graphrun_graphdef)
 endif()
 if(GRAPHRUN_SERVICE)
-  list(APPEND GRAPHRUN_INSTALL_TARGETS graphrun_service_proto graphrun_service)
+  # graphrun_service links the transport-free core and the messages it
+  # needs (built without gRPC); all four are exported. Without
+  # GRAPHRUN_SERVICE the core is built (for the fuzzer) but not installed.
+  list(APPEND GRAPHRUN_INSTALL_TARGETS graphrun_service_messages graphrun_service_proto
+       graphrun_service_core graphrun_service)
 endif()
 install(TARGETS ${GRAPHRUN_INSTALL_TARGETS}
   EXPORT graphrunTargets
@@ -60,7 +64,8 @@ if(GRAPHRUN_SERVICE)
     DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
     COMPONENT graphrun_development
     FILES_MATCHING PATTERN "*.h")
-  # <graphrun/v1/session_service.pb.h> and .grpc.pb.h.
+  # <graphrun/v1/session_service.pb.h> (graphrun_service_messages) and
+  # .grpc.pb.h (graphrun_service_proto), both generated into gen-service/.
   install(DIRECTORY ${PROJECT_BINARY_DIR}/proto/gen-service/graphrun
     DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
     COMPONENT graphrun_development

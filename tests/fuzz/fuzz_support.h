@@ -36,6 +36,10 @@ inline void print_details(const Status& s) {
 inline void print_details(std::string_view what) {
   std::fprintf(stderr, "  %.*s\n", static_cast<int>(what.size()), what.data());
 }
+inline void print_details(std::string_view what, const Status& s) {
+  print_details(what);
+  print_details(s);
+}
 
 // Drops protobuf's own log lines (one per string field with invalid UTF-8:
 // millions per run, and nothing the fuzzer needs). Every target calls it
