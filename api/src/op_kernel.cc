@@ -1,6 +1,7 @@
 #include <graphrun/op_kernel.h>
 
 #include <algorithm>
+#include <limits>
 
 namespace graphrun {
 
@@ -113,12 +114,39 @@ Result<Shape> broadcast_shapes(const Shape& a, const Shape& b) {
 
 // ---- OpKernelContext ----
 
+namespace {
+// The bytes of a `dtype` tensor of `shape`, saturating at INT64_MAX.
+int64_t tensor_bytes(DType dtype, const Shape& shape) {
+  int64_t bytes = static_cast<int64_t>(dtype_size(dtype));
+  for (int d = 0; d < shape.rank(); ++d) {
+    const int64_t n = shape.dim(d);
+    if (n <= 0) return 0;
+    if (bytes > std::numeric_limits<int64_t>::max() / n) return std::numeric_limits<int64_t>::max();
+    bytes *= n;
+  }
+  return bytes;
+}
+}  // namespace
+
+Status OpKernelContext::check_output_size(int i, const Shape& shape) const {
+  if (runtime_.max_tensor_bytes <= 0 || shape.is_unknown_rank()) return Status::ok();
+  const int64_t bytes = tensor_bytes(node_.output_dtype(i), shape);
+  if (bytes > runtime_.max_tensor_bytes) {
+    return resource_exhausted(
+        "output {} ({}{}) would take {} bytes (limit SessionOptions::max_tensor_bytes = {})", i,
+        dtype_name(node_.output_dtype(i)), shape.to_string(), bytes, runtime_.max_tensor_bytes);
+  }
+  return Status::ok();
+}
+
 Result<Tensor*> OpKernelContext::allocate_output(int i, const Shape& shape) {
+  GRAPHRUN_RETURN_IF_ERROR(check_output_size(i, shape));
   GRAPHRUN_ASSIGN_OR_RETURN(outputs_[i], Tensor::allocate(node_.output_dtype(i), shape));
   return &outputs_[i];
 }
 
 Result<Tensor*> OpKernelContext::allocate_output_uninitialized(int i, const Shape& shape) {
+  GRAPHRUN_RETURN_IF_ERROR(check_output_size(i, shape));
   GRAPHRUN_ASSIGN_OR_RETURN(outputs_[i],
                             Tensor::allocate_uninitialized(node_.output_dtype(i), shape));
   return &outputs_[i];

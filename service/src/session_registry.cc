@@ -355,6 +355,14 @@ Result<SessionRegistry::Created> SessionRegistry::create(const v1::GraphDef& gra
         "(max_inter_op_threads)",
         options.inter_op_threads, max_inter_op_threads());
   }
+  // A session that asks for no particular count gets the default, within
+  // the server's cap.
+  if (options.thread_pool == nullptr && options.inter_op_threads == 0) {
+    options.inter_op_threads = std::min(ThreadPool::default_threads(), max_inter_op_threads());
+  }
+  if (options.max_tensor_bytes <= 0 || options.max_tensor_bytes > limits_.max_output_tensor_bytes) {
+    options.max_tensor_bytes = limits_.max_output_tensor_bytes;
+  }
   GRAPHRUN_RETURN_IF_ERROR(check_graph_nodes(graph_def.node_size()));
   // Before anything is imported (a 65-byte Const may declare a GiB).
   GRAPHRUN_RETURN_IF_ERROR(check_graph_def_tensors(graph_def));

@@ -378,6 +378,24 @@ TEST(SessionTest, ExtendAfterCloseIsCancelled) {
   EXPECT_THAT(s->extend(g), StatusIs(StatusCode::kCancelled, "closed"));
 }
 
+// A kernel's output past SessionOptions::max_tensor_bytes fails its node
+// before anything is allocated (a Fill whose dims are fed asks for any size).
+TEST(SessionTest, OutputsPastMaxTensorBytesAreResourceExhausted) {
+  Graph g;
+  Output dims = ops::Placeholder(g, DType::kInt32, Shape{2}, "dims");
+  ops::Fill(g, dims, ops::Const(g, Tensor(1.0f)), "made");
+  SessionOptions options;
+  options.max_tensor_bytes = int64_t{1} << 20;  // 1 MiB
+  auto s = Session::create(g, options).value();
+  EXPECT_THAT(s->run({{"dims", Tensor::vector<int32_t>({512, 512})}}, {"made"}), IsOk());  // 1 MiB
+  EXPECT_THAT(s->run({{"dims", Tensor::vector<int32_t>({4096, 921600})}}, {"made"}),
+              StatusIs(StatusCode::kResourceExhausted,
+                       "node 'made' (Fill): output 0 (float32[4096,921600]) would take "
+                       "15099494400 bytes (limit SessionOptions::max_tensor_bytes = 1048576)"));
+  EXPECT_THAT(s->run({{"dims", Tensor::vector<int32_t>({513, 512})}}, {"made"}),
+              StatusIs(StatusCode::kResourceExhausted, "max_tensor_bytes"));
+}
+
 TEST(SessionTest, InvalidOptions) {
   Graph g;
   SessionOptions o;

@@ -111,6 +111,28 @@ TEST_F(ServerMemoryTest, DeclaredTensorsPastTheLimitAreRefusedBeforeTheyAreMade)
     EXPECT_THAT(refused.error_message(), HasSubstr("max_tensor_bytes_per_request"));
   }
 
+  // A Fill whose dims are fed asks at run time: the kernel's output limit
+  // (max_output_tensor_bytes, 1 GiB) refuses 15 GiB before allocating.
+  {
+    Graph g;
+    ops::Fill(g, ops::Placeholder(g, DType::kInt32, Shape{2}, "dims"), ops::Const(g, Tensor(1.0f)),
+              "fed_fill");
+    std::string fill_session;
+    ASSERT_TRUE(create(*stub, graph_to_graph_def(g).value(), &fill_session).ok());
+    v1::RunRequest run;
+    run.set_session_handle(fill_session);
+    v1::NamedTensorProto* feed = run.add_feed();
+    feed->set_name("dims");
+    *feed->mutable_tensor() = tensor_to_proto(Tensor::vector<int32_t>({4096, 921600}));
+    run.add_fetch("fed_fill");
+    v1::RunResponse response;
+    grpc::ClientContext context;
+    const grpc::Status ran = stub->Run(&context, run, &response);
+    EXPECT_EQ(ran.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(ran.error_message(), HasSubstr("node 'fed_fill' (Fill)"));
+    EXPECT_THAT(ran.error_message(), HasSubstr("15099494400 bytes"));
+  }
+
   // The same Const through ExtendSession.
   std::string handle;
   ASSERT_TRUE(create(*stub, no_ops(1), &handle).ok());

@@ -141,6 +141,11 @@ int main(int argc, char** argv) {
                  "nodes in one session's graph")
       ->capture_default_str()
       ->check(positive);
+  app.add_option("--max-output-tensor-bytes", options.limits.max_output_tensor_bytes,
+                 "largest tensor a kernel may make at run time (a Fill of fed dims, a "
+                 "broadcast); past it the step fails with RESOURCE_EXHAUSTED naming the node")
+      ->capture_default_str()
+      ->check(positive);
   app.add_option("--max-session-bytes", options.limits.max_session_bytes,
                  "estimated memory one session may hold (its GraphDefs' tensors plus about "
                  "1.5 KB per node)")

@@ -276,6 +276,9 @@ class OpKernelConstruction {
 // parallelism in the session's arena.
 struct KernelRuntime {
   void (*parallel_for)(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn) = nullptr;
+  // Largest output allocate_output*() makes (SessionOptions::max_tensor_bytes);
+  // 0: no limit.
+  int64_t max_tensor_bytes = 0;
 };
 
 // What a step's kernels poll to stop early: the step failed or was
@@ -318,6 +321,7 @@ class OpKernelContext {
 
   // A zero-filled output of the node's declared dtype. Validates the shape
   // and reports allocation failure as ResourceExhausted.
+  // Both are ResourceExhausted past the session's SessionOptions::max_tensor_bytes.
   Result<Tensor*> allocate_output(int i, const Shape& shape);
   // Storage not zeroed: for kernels that write every element.
   Result<Tensor*> allocate_output_uninitialized(int i, const Shape& shape);
@@ -342,6 +346,7 @@ class OpKernelContext {
   const Tensor* slots_;
   std::span<const int32_t> input_slots_;
   Tensor* outputs_;
+  Status check_output_size(int i, const Shape& shape) const;
   const KernelRuntime& runtime_;
   const StepCancellation* cancellation_;
   int64_t step_id_;

@@ -112,6 +112,11 @@ struct SessionOptions {
   // A partial run with no call for this long is cancelled (its handle then
   // reports Cancelled). Unset: never.
   std::optional<std::chrono::milliseconds> partial_run_idle_timeout;
+  // Largest tensor a kernel may allocate as an output (a Fill whose dims
+  // are fed, a broadcast, a MatMul of fed shapes): past it the node fails
+  // with ResourceExhausted naming it, before anything is allocated. 0: no
+  // limit. Servers set it (ServiceLimits::max_output_tensor_bytes).
+  int64_t max_tensor_bytes = 0;
 };
 
 struct RunOptions {

@@ -13,7 +13,8 @@
 // ResourceExhausted naming the limit; a stale graph version in extend() is
 // FailedPrecondition (as TensorFlow's master).
 //
-// Link graphrun::service (which also brings gRPC, for the layer above).
+// Link graphrun::service_core (protobuf only), or graphrun::service, which
+// brings it with the gRPC layer above.
 #pragma once
 
 #include <graphrun/session.h>
@@ -50,6 +51,9 @@ struct ServiceLimits {
   int64_t max_tensor_bytes_per_request = int64_t{256} << 20;
   // Nodes in one session's graph (at create and after each extend).
   int64_t max_graph_nodes = 1'000'000;
+  // Largest tensor a kernel of a session may make at run time
+  // (SessionOptions::max_tensor_bytes): a Fill of fed dims, a broadcast.
+  int64_t max_output_tensor_bytes = int64_t{1} << 30;
   // Estimated memory one session may hold: the tensors its GraphDefs make
   // the server materialize (Const values) plus kEstimatedBytesPerNode per
   // node (graph, kernels, plans, the kept GraphDef). Checked at create and
