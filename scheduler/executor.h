@@ -112,7 +112,7 @@ class SessionImpl {
   struct EndedRun {
     std::unique_ptr<FlowInstance> inst;
     std::shared_ptr<PlanEntry> entry;
-    std::vector<int> unfed;  // feeds to put to drain a run that did not complete
+    std::vector<int> unfed;          // feeds to put to drain a run that did not complete
     std::shared_ptr<void> listener;  // the run its nodes report to, kept alive
   };
   // Cleans `run` up now when a thread of the pool is free at once (or the
