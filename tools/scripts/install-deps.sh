@@ -12,6 +12,7 @@ packages=(
   libcli11-dev  # the graphrun and graphrun-server command lines
   openssl       # tests/service: a TLS certificate made at test time
   libgtest-dev libgmock-dev libbenchmark-dev
+  libopenblas-serial-dev  # bench/ops/gemm_bench.cc: the GEMM baseline (bench only)
   python3-numpy  # tests/tools: cross-checks graphrun's .npy files with NumPy
   graphviz       # tests/tools: graphrun dot --svg renders with its dot (about 5 MB)
   clang-format clang-tidy
