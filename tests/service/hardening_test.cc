@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "tests/service/server_process.h"
+#include "tests/service/slow_graph.h"
 #include "tests/testing/op_harness.h"
 
 namespace graphrun {
@@ -30,6 +31,7 @@ using ::graphrun::testing::byte_buffer;
 using ::graphrun::testing::kServerBinary;
 using ::graphrun::testing::ServerProcess;
 using ::graphrun::testing::slice_bytes;
+using ::graphrun::testing::slow_partial_graph_def;
 using ::graphrun::testing::TempDir;
 using ::graphrun::testing::TensorEq;
 using ::testing::HasSubstr;
@@ -264,17 +266,6 @@ TEST_F(ServerHardeningTest, ProtobufLogLinesAreRateLimited) {
   EXPECT_THAT(err, HasSubstr("graphrun: protobuf error: "));
 }
 
-// A partial run whose second call takes seconds: x feeds a chain of MatMuls.
-v1::GraphDef slow_partial_graph() {
-  Graph g;
-  Output a = ops::Placeholder(g, DType::kFloat32, Shape{}, "a");
-  ops::Identity(g, a, "a2");
-  Output m = ops::Placeholder(g, DType::kFloat32, Shape{256, 256}, "x");
-  for (int i = 0; i < 4000; ++i) m = ops::MatMul(g, m, m);
-  ops::Identity(g, m, "slow");
-  return graph_to_graph_def(g).value();
-}
-
 // The cancelled call lets go of its handle before the client can see the
 // cancellation: the next call on the handle is NOT_FOUND at once, never
 // "in use by another call".
@@ -284,7 +275,7 @@ TEST_F(ServerHardeningTest, CancelledPartialRunCallLetsGoOfItsHandle) {
   auto channel = server.channel();
   auto stub = v1::SessionService::NewStub(channel);
   v1::CreateSessionRequest create;
-  *create.mutable_graph_def() = slow_partial_graph();
+  *create.mutable_graph_def() = slow_partial_graph_def(4000);  // its slow call takes seconds
   v1::CreateSessionResponse created;
   {
     grpc::ClientContext context;

@@ -10,6 +10,7 @@
 #include <regex>
 #include <thread>
 
+#include "tests/service/slow_graph.h"
 #include "tests/testing/op_harness.h"
 
 namespace graphrun {
@@ -243,14 +244,8 @@ TEST(SessionRegistryTest, AbandonedPartialRunsAreCollected) {
 // Calls on one partial run take turns: a second call waits for the one in
 // progress instead of failing "in use", and gives up at its own deadline.
 TEST(SessionRegistryTest, CallsOnOnePartialRunTakeTurns) {
-  Graph g;
-  Output a = ops::Placeholder(g, DType::kFloat32, Shape{}, "a");
-  ops::Identity(g, a, "a2");
-  Output m = ops::Placeholder(g, DType::kFloat32, Shape{256, 256}, "x");
-  for (int i = 0; i < 300; ++i) m = ops::MatMul(g, m, m);
-  ops::Identity(g, m, "slow");
   SessionRegistry registry;
-  const std::string s = registry.create(graph_to_graph_def(g).value()).value().handle;
+  const std::string s = registry.create(testing::slow_partial_graph_def(300)).value().handle;
   const std::string pr = registry.partial_run_setup(s, {"a", "x"}, {"a2", "slow"}, {}).value();
   Result<std::vector<Tensor>> slow = internal_error("not run");
   std::thread first([&] {

@@ -23,4 +23,17 @@ inline v1::GraphDef slow_graph_def(int products = 2000) {
   return graph_to_graph_def(slow_graph(products)).value();
 }
 
+// A partial-run graph with a quick fetch and a slow one: "a" feeds "a2"
+// (Identity), and "x" ([256,256] float) feeds a chain of `products`
+// MatMuls ending in "slow". Declare feeds {a, x} and fetches {a2, slow}.
+inline v1::GraphDef slow_partial_graph_def(int products) {
+  Graph g;
+  Output a = ops::Placeholder(g, DType::kFloat32, Shape{}, "a");
+  ops::Identity(g, a, "a2");
+  Output m = ops::Placeholder(g, DType::kFloat32, Shape{256, 256}, "x");
+  for (int i = 0; i < products; ++i) m = ops::MatMul(g, m, m);
+  ops::Identity(g, m, "slow");
+  return graph_to_graph_def(g).value();
+}
+
 }  // namespace graphrun::testing
