@@ -52,6 +52,7 @@ SessionImpl::SessionImpl(Graph graph, SessionOptions options)
       kernel_ptrs_(new std::atomic<OpKernel*>[static_cast<std::size_t>(graph_.num_nodes())]()),
       epoch_(std::chrono::steady_clock::now()) {
   runtime_.parallel_for = &tbb_parallel_for;
+  runtime_.threads = pool_->num_threads();
   runtime_.max_tensor_bytes = options_.max_tensor_bytes;
 }
 

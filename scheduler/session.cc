@@ -11,6 +11,9 @@ Result<std::unique_ptr<Session>> Session::create(const Graph& graph, SessionOpti
   if (!graph.status().is_ok()) {
     return graph.status().with_prefix("cannot create a session from a graph with a build error");
   }
+  // A GRAPHRUN_CPU_ISA the kernels cannot honour fails here, not as a
+  // SIGILL in a kernel.
+  if (!cpu_isa_status().is_ok()) return cpu_isa_status();
   if (options.inter_op_threads < 0) {
     return invalid_argument("SessionOptions::inter_op_threads must be >= 0, got {}",
                             options.inter_op_threads);

@@ -5,19 +5,22 @@
 //
 // Variants (BM_Gemm<M>x<K>x<N>_<Variant>):
 //   _Callable   graphrun's MatMul op through a prepared Callable on a
-//               1-thread session (what a user's graph runs).
-//   _Eigen      the same Eigen product the kernel makes, called directly
-//               (graphrun/eigen.h maps, as compiled for graphrun).
+//               1-thread session (what a user's graph runs), at the level
+//               chosen for this CPU (or GRAPHRUN_CPU_ISA).
+//   _Baseline, _Avx2, _Avx512
+//               the MatMul kernel's GEMM of one level, called directly
+//               through that level's table (skipped when the CPU lacks it).
 //   _OpenBlas   cblas_sgemm, row-major, the same inputs.
 // Counters: GFLOP/s (2*M*K*N per iteration).
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
-#include <graphrun/eigen.h>
 #include <graphrun/graphrun.h>
 
 #include <random>
 #include <vector>
+
+#include "ops/cpu/kernels.h"
 
 namespace graphrun::bench {
 namespace {
@@ -54,12 +57,27 @@ void gemm_callable(benchmark::State& state, int64_t m, int64_t k, int64_t n) {
   set_flops(state, m, k, n);
 }
 
-void gemm_eigen(benchmark::State& state, int64_t m, int64_t k, int64_t n) {
+void gemm_level(benchmark::State& state, CpuIsa isa, int64_t m, int64_t k, int64_t n) {
+  const cpu::KernelTable* table = cpu::kernels_for(isa);
+  if (table == nullptr || static_cast<int>(isa) > static_cast<int>(cpu_isa_supported())) {
+    state.SkipWithError("this CPU lacks the level");
+    return;
+  }
   const Tensor a = random_matrix(m, k, 1);
   const Tensor b = random_matrix(k, n, 2);
   Tensor c = Tensor::allocate_uninitialized(DType::kFloat32, Shape{m, n}).value();
+  cpu::GemmArgs<float> g;
+  g.a = a.flat<float>().data();
+  g.lda = k;
+  g.b = b.flat<float>().data();
+  g.ldb = n;
+  g.c = c.flat<float>().data();
+  g.ldc = n;
+  g.m = m;
+  g.n = n;
+  g.k = k;
   for (auto _ : state) {
-    matrix<float>(c).noalias() = matrix<float>(a) * matrix<float>(b);
+    table->f32.gemm(g, 0, m, 0, n);
     benchmark::DoNotOptimize(c.raw_data());
   }
   set_flops(state, m, k, n);
@@ -82,10 +100,20 @@ void gemm_openblas(benchmark::State& state, int64_t m, int64_t k, int64_t n) {
 
 #define GRAPHRUN_GEMM_BENCH(M, K, N)                                                         \
   void BM_Gemm##M##x##K##x##N##_Callable(benchmark::State& s) { gemm_callable(s, M, K, N); } \
-  void BM_Gemm##M##x##K##x##N##_Eigen(benchmark::State& s) { gemm_eigen(s, M, K, N); }       \
+  void BM_Gemm##M##x##K##x##N##_Baseline(benchmark::State& s) {                              \
+    gemm_level(s, CpuIsa::kBaseline, M, K, N);                                               \
+  }                                                                                          \
+  void BM_Gemm##M##x##K##x##N##_Avx2(benchmark::State& s) {                                  \
+    gemm_level(s, CpuIsa::kAvx2, M, K, N);                                                   \
+  }                                                                                          \
+  void BM_Gemm##M##x##K##x##N##_Avx512(benchmark::State& s) {                                \
+    gemm_level(s, CpuIsa::kAvx512, M, K, N);                                                 \
+  }                                                                                          \
   void BM_Gemm##M##x##K##x##N##_OpenBlas(benchmark::State& s) { gemm_openblas(s, M, K, N); } \
   BENCHMARK(BM_Gemm##M##x##K##x##N##_Callable)->Unit(benchmark::kMicrosecond);               \
-  BENCHMARK(BM_Gemm##M##x##K##x##N##_Eigen)->Unit(benchmark::kMicrosecond);                  \
+  BENCHMARK(BM_Gemm##M##x##K##x##N##_Baseline)->Unit(benchmark::kMicrosecond);               \
+  BENCHMARK(BM_Gemm##M##x##K##x##N##_Avx2)->Unit(benchmark::kMicrosecond);                   \
+  BENCHMARK(BM_Gemm##M##x##K##x##N##_Avx512)->Unit(benchmark::kMicrosecond);                 \
   BENCHMARK(BM_Gemm##M##x##K##x##N##_OpenBlas)->Unit(benchmark::kMicrosecond);
 
 GRAPHRUN_GEMM_BENCH(256, 256, 256)

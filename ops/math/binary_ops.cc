@@ -10,6 +10,7 @@
 #include <span>
 #include <type_traits>
 
+#include "ops/cpu/kernels.h"
 #include "ops/math/math_util.h"
 
 namespace graphrun {
@@ -20,36 +21,19 @@ namespace {
 // negligible next to the arithmetic.
 constexpr int64_t kGrain = 32 * 1024;
 
+// Each op's entry in the level's table (integer Div: the caller rules out
+// zero divisors first).
 struct AddFn {
-  template <typename T>
-  static T apply(T a, T b) {
-    return wrapping_add(a, b);
-  }
+  static constexpr cpu::BinaryOp kOp = cpu::BinaryOp::kAdd;
 };
 struct SubFn {
-  template <typename T>
-  static T apply(T a, T b) {
-    return wrapping_sub(a, b);
-  }
+  static constexpr cpu::BinaryOp kOp = cpu::BinaryOp::kSub;
 };
 struct MulFn {
-  template <typename T>
-  static T apply(T a, T b) {
-    return wrapping_mul(a, b);
-  }
+  static constexpr cpu::BinaryOp kOp = cpu::BinaryOp::kMul;
 };
-// Integer division truncates toward zero (C++ semantics, as TF's Div on
-// integers). The caller has ruled out zero divisors; x / -1 is computed as
-// a wrapping negation so that INT_MIN / -1 does not trap.
 struct DivFn {
-  template <typename T>
-  static T apply(T a, T b) {
-    if constexpr (std::is_integral_v<T>) {
-      return b == T{-1} ? wrapping_neg(a) : static_cast<T>(a / b);
-    } else {
-      return a / b;
-    }
-  }
+  static constexpr cpu::BinaryOp kOp = cpu::BinaryOp::kDiv;
 };
 
 // One output dimension of a broadcast: its size and the element strides of
@@ -101,8 +85,9 @@ void run_broadcast(const OpKernelContext& ctx, const T* x, const T* y, T* z, con
                    const Shape& ys, const Shape& out) {
   std::array<BroadcastDim, Shape::kMaxRank> dims{};
   const int nd = collapse_broadcast(xs, ys, out, dims);
+  const cpu::BinaryFn<T> fn = cpu::kernels().typed<T>().binary;
   if (nd == 0) {  // every dimension is 1: one element
-    z[0] = F::apply(x[0], y[0]);
+    fn(F::kOp, cpu::Operands::kBothVectors, x, y, z, 1);
     return;
   }
   const BroadcastDim inner = dims[nd - 1];
@@ -124,15 +109,10 @@ void run_broadcast(const OpKernelContext& ctx, const T* x, const T* y, T* z, con
       T* zr = z + row * inner.size;
       const T* xr = x + xo;
       const T* yr = y + yo;
-      if (inner.x_stride != 0 && inner.y_stride != 0) {
-        for (int64_t j = 0; j < inner.size; ++j) zr[j] = F::apply(xr[j], yr[j]);
-      } else if (inner.x_stride == 0) {
-        const T xv = *xr;
-        for (int64_t j = 0; j < inner.size; ++j) zr[j] = F::apply(xv, yr[j]);
-      } else {
-        const T yv = *yr;
-        for (int64_t j = 0; j < inner.size; ++j) zr[j] = F::apply(xr[j], yv);
-      }
+      const cpu::Operands form = inner.x_stride == 0   ? cpu::Operands::kScalarX
+                                 : inner.y_stride == 0 ? cpu::Operands::kScalarY
+                                                       : cpu::Operands::kBothVectors;
+      fn(F::kOp, form, xr, yr, zr, inner.size);
       // Advance the odometer.
       for (int d = nd - 2; d >= 0; --d) {
         xo += dims[d].x_stride;
@@ -188,19 +168,18 @@ class BinaryOp final : public OpKernel {
     const T* xp = xv.data();
     const T* yp = yv.data();
     T* zp = out->flat<T>().data();
+    const cpu::BinaryFn<T> fn = cpu::kernels().typed<T>().binary;
     if (x.shape() == y.shape()) {
       ctx.parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) zp[i] = F::apply(xp[i], yp[i]);
+        fn(F::kOp, cpu::Operands::kBothVectors, xp + b, yp + b, zp + b, e - b);
       });
     } else if (x.num_elements() == 1 && y.shape() == out_shape) {
-      const T xs = xp[0];
       ctx.parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) zp[i] = F::apply(xs, yp[i]);
+        fn(F::kOp, cpu::Operands::kScalarX, xp, yp + b, zp + b, e - b);
       });
     } else if (y.num_elements() == 1 && x.shape() == out_shape) {
-      const T ys = yp[0];
       ctx.parallel_for(n, kGrain, [&](int64_t b, int64_t e) {
-        for (int64_t i = b; i < e; ++i) zp[i] = F::apply(xp[i], ys);
+        fn(F::kOp, cpu::Operands::kScalarY, xp + b, yp, zp + b, e - b);
       });
     } else {
       run_broadcast<F, T>(ctx, xp, yp, zp, x.shape(), y.shape(), out_shape);

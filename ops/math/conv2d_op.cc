@@ -1,7 +1,6 @@
 // Conv2D: TensorFlow's 2-D convolution (NHWC input, HWIO filter, SAME or
 // VALID padding, strides and dilations), as im2col + one GEMM per block of
 // output pixels.
-#include <graphrun/eigen.h>
 #include <graphrun/op_kernel.h>
 #include <graphrun/ops.h>
 
@@ -14,6 +13,7 @@
 #include <string_view>
 #include <vector>
 
+#include "ops/cpu/kernels.h"
 #include "ops/math/math_util.h"
 
 namespace graphrun {
@@ -233,9 +233,22 @@ class Conv2DOp final : public OpKernel {
     // elements (out_channels > 0 here), so `patch` is representable.
     const int64_t patch = k_h * k_w * channels;
     const int64_t rows = g.output.dim(0) * out_h;  // output rows, each out_w pixels
-    const int64_t pixels = rows * out_w;
-    ConstMatrixMap<T> fm(filter.flat<T>().data(), patch, out_channels);
-    MatrixMap<T> om(out->flat<T>().data(), pixels, out_channels);
+    // out[first .. first + n) = patches [n, patch] x filter [patch, out_channels].
+    const cpu::GemmFn<T> gemm = cpu::kernels().typed<T>().gemm;
+    T* const out_data = out->flat<T>().data();
+    auto product = [&](const T* patches, int64_t first, int64_t n) {
+      cpu::GemmArgs<T> args;
+      args.a = patches;
+      args.lda = patch;
+      args.b = filter.flat<T>().data();
+      args.ldb = out_channels;
+      args.c = out_data + first * out_channels;
+      args.ldc = out_channels;
+      args.m = n;
+      args.n = out_channels;
+      args.k = patch;
+      gemm(args, 0, n, 0, out_channels);
+    };
 
     const double macs_per_row =
         static_cast<double>(out_w) * static_cast<double>(patch) * static_cast<double>(out_channels);
@@ -250,14 +263,14 @@ class Conv2DOp final : public OpKernel {
     const Conv2DParams& p = params_;
     if (k_h == 1 && k_w == 1 && p.stride_h == 1 && p.stride_w == 1) {
       // A pointwise convolution: the input already is the patch matrix.
-      ConstMatrixMap<T> im(input.flat<T>().data(), pixels, channels);
+      const T* in = input.flat<T>().data();
       ctx.parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
         if (ctx.is_cancelled()) {
           stopped.store(true, std::memory_order_relaxed);
           return;
         }
         const int64_t first = begin * out_w, n = (end - begin) * out_w;
-        om.middleRows(first, n).noalias() = im.middleRows(first, n) * fm;
+        product(in + first * channels, first, n);
       });
     } else {
       const T* in = input.flat<T>().data();
@@ -265,7 +278,8 @@ class Conv2DOp final : public OpKernel {
       const int64_t pad_top = g.rows.pad_before, pad_left = g.cols.pad_before;
       ctx.parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
         const int64_t last = end * out_w;
-        RowMajorMatrix<T> cols(std::min(block, last - begin * out_w), patch);
+        std::vector<T> cols(
+            static_cast<std::size_t>(std::min(block, last - begin * out_w) * patch));
         for (int64_t first = begin * out_w; first < last; first += block) {
           if (ctx.is_cancelled()) {
             stopped.store(true, std::memory_order_relaxed);
@@ -277,7 +291,8 @@ class Conv2DOp final : public OpKernel {
           int64_t b = first / (out_w * out_h);
           for (int64_t j = 0; j < n; ++j) {
             gather_patch(in + b * in_h * in_w * channels, in_h, in_w, channels, k_h, k_w,
-                         y * p.stride_h - pad_top, x * p.stride_w - pad_left, cols.row(j).data());
+                         y * p.stride_h - pad_top, x * p.stride_w - pad_left,
+                         cols.data() + j * patch);
             if (++x == out_w) {
               x = 0;
               if (++y == out_h) {
@@ -286,7 +301,7 @@ class Conv2DOp final : public OpKernel {
               }
             }
           }
-          om.middleRows(first, n).noalias() = cols.topRows(n) * fm;
+          product(cols.data(), first, n);
         }
       });
     }

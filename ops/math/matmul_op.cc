@@ -1,5 +1,4 @@
 // MatMul: the product of two rank-2 tensors, either optionally transposed.
-#include <graphrun/eigen.h>
 #include <graphrun/op_kernel.h>
 #include <graphrun/ops.h>
 
@@ -9,20 +8,12 @@
 #include <string>
 #include <type_traits>
 
+#include "ops/math/gemm.h"
 #include "ops/math/math_util.h"
 
 namespace graphrun {
 namespace ops_internal {
 namespace {
-
-// Below this many multiply-adds a product runs as one Eigen call; above it
-// the output rows are split across the session's threads.
-constexpr int64_t kParallelMinMacs = int64_t{128} * 128 * 128;
-// Multiply-adds per parallel chunk (tbb splits a range down to between half
-// and all of the grain). Each chunk re-packs the right-hand matrix, so
-// chunks must be coarse: with 2-row chunks a 256^3 product cost 2.27x the
-// unsplit one on one thread (bench/ops/matmul_bench.cc).
-constexpr int64_t kChunkMacs = int64_t{4} << 20;
 
 // "inner dimensions differ: [2,3] x [4,5] (3 vs 4)", plus the transpose
 // flags when either is set.
@@ -101,34 +92,19 @@ class MatMulOp final : public OpKernel {
     }
     GRAPHRUN_ASSIGN_OR_RETURN(Tensor * out, ctx.allocate_output_uninitialized(0, Shape{m, n}));
     if (m == 0 || n == 0) return Status::ok();
-    // Integers multiply as their unsigned twins: the same bits, but overflow
-    // wraps instead of being undefined.
-    using S = typename WrappingType<T>::type;
-    ConstMatrixMap<S> am(reinterpret_cast<const S*>(a.flat<T>().data()), a.shape().dim(0),
-                         a.shape().dim(1));
-    ConstMatrixMap<S> bm(reinterpret_cast<const S*>(b.flat<T>().data()), b.shape().dim(0),
-                         b.shape().dim(1));
-    MatrixMap<S> cm(reinterpret_cast<S*>(out->flat<T>().data()), m, n);
-    // Rows per chunk: one Eigen call when the product is small, else chunks
-    // of at least kChunkMacs multiply-adds.
-    const bool parallel =
-        m >= 2 && static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) >=
-                      static_cast<double>(kParallelMinMacs);
-    const int64_t grain = parallel ? std::max<int64_t>(1, kChunkMacs / (n * k)) : m;
-    auto run = [&](const auto& lhs, const auto& rhs) {
-      ctx.parallel_for(m, grain, [&](int64_t begin, int64_t end) {
-        cm.middleRows(begin, end - begin).noalias() = lhs.middleRows(begin, end - begin) * rhs;
-      });
-    };
-    if (!transpose_a_ && !transpose_b_) {
-      run(am, bm);
-    } else if (transpose_a_ && !transpose_b_) {
-      run(am.transpose(), bm);
-    } else if (!transpose_a_ && transpose_b_) {
-      run(am, bm.transpose());
-    } else {
-      run(am.transpose(), bm.transpose());
-    }
+    cpu::GemmArgs<T> g;
+    g.a = a.flat<T>().data();
+    g.lda = a.shape().dim(1);
+    g.transpose_a = transpose_a_;
+    g.b = b.flat<T>().data();
+    g.ldb = b.shape().dim(1);
+    g.transpose_b = transpose_b_;
+    g.c = out->flat<T>().data();
+    g.ldc = n;
+    g.m = m;
+    g.n = n;
+    g.k = k;
+    parallel_gemm(ctx, g);
     return Status::ok();
   }
 
@@ -149,8 +125,8 @@ void register_matmul_op(OpRegistry& r) {
           .attr("transpose_b", false)
           .shape_fn(matmul_shape)
           .doc("The matrix product of two rank-2 tensors; transpose_a/transpose_b transpose an "
-               "input first. Large products split their output rows across the session's "
-               "threads."),
+               "input first. Products of 2^20 multiply-adds or more split their output "
+               "columns (or rows, when taller than wide) across the session's threads."),
       [](OpKernelConstruction& c) -> Result<std::unique_ptr<OpKernel>> {
         GRAPHRUN_ASSIGN_OR_RETURN(bool ta, c.attr<bool>("transpose_a"));
         GRAPHRUN_ASSIGN_OR_RETURN(bool tb, c.attr<bool>("transpose_b"));

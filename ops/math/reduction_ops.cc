@@ -1,7 +1,6 @@
 // Reductions over a set of axes: Sum, Mean, Max. TF's signature: inputs
 // "input" (T) and "reduction_indices" (Tidx: int32/int64, a scalar or a
 // vector), attr "keep_dims".
-#include <graphrun/eigen.h>
 #include <graphrun/op_kernel.h>
 #include <graphrun/ops.h>
 
@@ -16,6 +15,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "ops/cpu/kernels.h"
 #include "ops/math/math_util.h"
 
 namespace graphrun {
@@ -25,14 +25,13 @@ namespace {
 // Input elements per parallel_for chunk, at least.
 constexpr int64_t kGrain = 32 * 1024;
 
-template <typename T>
-using ConstSegment = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
-
-// Each reducer: the identity, how two partial results combine, how a
-// contiguous non-empty run of elements reduces, and whether the result is
-// divided by the element count afterwards (Mean).
+// Each reducer: the identity, its entry in the level's table (which
+// reduces contiguous runs and combines rows into partial results), how two
+// partial results combine, and whether the result is divided by the element
+// count afterwards (Mean).
 struct SumReducer {
   static constexpr bool kMean = false;
+  static constexpr cpu::ReduceOp kOp = cpu::ReduceOp::kSum;
   template <typename T>
   static T identity() {
     return T{0};
@@ -40,16 +39,6 @@ struct SumReducer {
   template <typename T>
   static T combine(T a, T b) {
     return wrapping_add(a, b);
-  }
-  template <typename T>
-  static T reduce(const T* p, int64_t n) {
-    if constexpr (std::is_integral_v<T>) {
-      std::make_unsigned_t<T> acc = 0;  // wraps on overflow
-      for (int64_t i = 0; i < n; ++i) acc += static_cast<std::make_unsigned_t<T>>(p[i]);
-      return static_cast<T>(acc);
-    } else {
-      return ConstSegment<T>(p, n).sum();
-    }
   }
 };
 
@@ -60,6 +49,7 @@ struct MeanReducer : SumReducer {
 // NaN propagates, as in TF.
 struct MaxReducer {
   static constexpr bool kMean = false;
+  static constexpr cpu::ReduceOp kOp = cpu::ReduceOp::kMax;
   template <typename T>
   static T identity() {
     if constexpr (std::is_floating_point_v<T>) {
@@ -75,14 +65,6 @@ struct MaxReducer {
       return (std::isnan(b) || b > a) ? b : a;
     } else {
       return b > a ? b : a;
-    }
-  }
-  template <typename T>
-  static T reduce(const T* p, int64_t n) {
-    if constexpr (std::is_floating_point_v<T>) {
-      return ConstSegment<T>(p, n).template maxCoeff<Eigen::PropagateNaN>();
-    } else {
-      return ConstSegment<T>(p, n).maxCoeff();
     }
   }
 };
@@ -182,13 +164,15 @@ void reduce_into(const OpKernelContext& ctx, const T* x, const Shape& shape, uin
     }
   }
   if (k == 0) groups[k++] = DimGroup{1, false};  // one element
+  const cpu::TypedKernels<T>& kern = cpu::kernels().typed<T>();
 
   if (k == 2 && !groups[0].reduced) {
     // [rows, reduced]: each row reduces to one output; rows in parallel.
     const int64_t inner = groups[1].size;
     ctx.parallel_for(groups[0].size, std::max<int64_t>(1, kGrain / inner),
                      [&](int64_t b, int64_t e) {
-                       for (int64_t r = b; r < e; ++r) out[r] = R::reduce(x + r * inner, inner);
+                       for (int64_t r = b; r < e; ++r)
+                         out[r] = kern.reduce(R::kOp, x + r * inner, inner);
                      });
     return;
   }
@@ -198,10 +182,7 @@ void reduce_into(const OpKernelContext& ctx, const T* x, const Shape& shape, uin
     const int64_t rows = groups[0].size;
     const int64_t cols = groups[1].size;
     ctx.parallel_for(cols, std::max<int64_t>(64, kGrain / rows), [&](int64_t b, int64_t e) {
-      for (int64_t r = 0; r < rows; ++r) {
-        const T* row = x + r * cols;
-        for (int64_t j = b; j < e; ++j) out[j] = R::combine(out[j], row[j]);
-      }
+      for (int64_t r = 0; r < rows; ++r) kern.accumulate(R::kOp, x + r * cols + b, out + b, e - b);
     });
     return;
   }
@@ -221,9 +202,9 @@ void reduce_into(const OpKernelContext& ctx, const T* x, const Shape& shape, uin
   for (int64_t r = 0; r < rows; ++r) {
     const T* in = x + r * inner.size;
     if (inner.reduced) {
-      out[oo] = R::combine(out[oo], R::reduce(in, inner.size));
+      out[oo] = R::combine(out[oo], kern.reduce(R::kOp, in, inner.size));
     } else {
-      for (int64_t j = 0; j < inner.size; ++j) out[oo + j] = R::combine(out[oo + j], in[j]);
+      kern.accumulate(R::kOp, in, out + oo, inner.size);
     }
     for (int d = k - 2; d >= 0; --d) {
       oo += out_stride[d];

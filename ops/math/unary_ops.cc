@@ -1,101 +1,60 @@
 // Elementwise unary ops: Neg, Square, Relu (numeric) and Sqrt, Exp, Log,
 // Tanh, Sigmoid (float32/float64).
-#include <graphrun/eigen.h>
 #include <graphrun/op_kernel.h>
 #include <graphrun/ops.h>
 
-#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <type_traits>
 
+#include "ops/cpu/kernels.h"
 #include "ops/math/math_util.h"
 
 namespace graphrun {
 namespace ops_internal {
 namespace {
 
-// Unaligned views of a chunk of a flat tensor (chunk starts are arbitrary).
-template <typename T>
-using ChunkIn = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
-template <typename T>
-using ChunkOut = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
-
-// Each functor: which dtypes it takes, a chunk size for parallel_for (less
-// for expensive functions), and out = f(in) on one chunk.
+// Each function: which dtypes it takes, its entry in the level's table,
+// and a chunk size for parallel_for (less for expensive functions).
 struct NegFn {
   static constexpr bool kFloatOnly = false;
+  static constexpr cpu::UnaryOp kOp = cpu::UnaryOp::kNeg;
   static constexpr int64_t kGrain = 32 * 1024;
-  template <typename T>
-  static void apply(const ChunkIn<T>& in, ChunkOut<T>& out) {
-    if constexpr (std::is_integral_v<T>) {
-      out = in.unaryExpr([](T v) { return wrapping_neg(v); });
-    } else {
-      out = -in;
-    }
-  }
 };
 struct SquareFn {
   static constexpr bool kFloatOnly = false;
+  static constexpr cpu::UnaryOp kOp = cpu::UnaryOp::kSquare;
   static constexpr int64_t kGrain = 32 * 1024;
-  template <typename T>
-  static void apply(const ChunkIn<T>& in, ChunkOut<T>& out) {
-    if constexpr (std::is_integral_v<T>) {
-      out = in.unaryExpr([](T v) { return wrapping_mul(v, v); });
-    } else {
-      out = in.square();
-    }
-  }
 };
 struct ReluFn {
   static constexpr bool kFloatOnly = false;
+  static constexpr cpu::UnaryOp kOp = cpu::UnaryOp::kRelu;
   static constexpr int64_t kGrain = 32 * 1024;
-  template <typename T>
-  static void apply(const ChunkIn<T>& in, ChunkOut<T>& out) {
-    out = in.cwiseMax(T{0});
-  }
 };
 struct SqrtFn {
   static constexpr bool kFloatOnly = true;
+  static constexpr cpu::UnaryOp kOp = cpu::UnaryOp::kSqrt;
   static constexpr int64_t kGrain = 16 * 1024;
-  template <typename T>
-  static void apply(const ChunkIn<T>& in, ChunkOut<T>& out) {
-    // std::sqrt is correctly rounded; Eigen's fast float path (rsqrt plus a
-    // Newton step) is off by an ulp even for perfect squares.
-    out = in.unaryExpr([](T v) { return std::sqrt(v); });
-  }
 };
 struct ExpFn {
   static constexpr bool kFloatOnly = true;
+  static constexpr cpu::UnaryOp kOp = cpu::UnaryOp::kExp;
   static constexpr int64_t kGrain = 8 * 1024;
-  template <typename T>
-  static void apply(const ChunkIn<T>& in, ChunkOut<T>& out) {
-    out = in.exp();
-  }
 };
 struct LogFn {
   static constexpr bool kFloatOnly = true;
+  static constexpr cpu::UnaryOp kOp = cpu::UnaryOp::kLog;
   static constexpr int64_t kGrain = 8 * 1024;
-  template <typename T>
-  static void apply(const ChunkIn<T>& in, ChunkOut<T>& out) {
-    out = in.log();
-  }
 };
 struct TanhFn {
   static constexpr bool kFloatOnly = true;
+  static constexpr cpu::UnaryOp kOp = cpu::UnaryOp::kTanh;
   static constexpr int64_t kGrain = 8 * 1024;
-  template <typename T>
-  static void apply(const ChunkIn<T>& in, ChunkOut<T>& out) {
-    out = in.tanh();
-  }
 };
-struct SigmoidFn {
+struct SigmoidFn {  // 1 / (1 + exp(-x)), stable for large |x|
   static constexpr bool kFloatOnly = true;
+  static constexpr cpu::UnaryOp kOp = cpu::UnaryOp::kSigmoid;
   static constexpr int64_t kGrain = 8 * 1024;
-  template <typename T>
-  static void apply(const ChunkIn<T>& in, ChunkOut<T>& out) {
-    out = in.logistic();  // 1 / (1 + exp(-x)), stable for large |x|
-  }
 };
 
 // y = F(x) elementwise. Cheap when the node's shapes are known at build and
@@ -119,11 +78,9 @@ class UnaryOp final : public OpKernel {
       GRAPHRUN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output_uninitialized(0, x.shape()));
       const T* in = x.flat<T>().data();
       T* out = y->flat<T>().data();
-      ctx.parallel_for(x.num_elements(), F::kGrain, [&](int64_t b, int64_t e) {
-        ChunkIn<T> in_chunk(in + b, e - b);
-        ChunkOut<T> out_chunk(out + b, e - b);
-        F::template apply<T>(in_chunk, out_chunk);
-      });
+      const cpu::UnaryFn<T> fn = cpu::kernels().typed<T>().unary;
+      ctx.parallel_for(x.num_elements(), F::kGrain,
+                       [&](int64_t b, int64_t e) { fn(F::kOp, in + b, out + b, e - b); });
       return Status::ok();
     };
     if constexpr (F::kFloatOnly) {

@@ -272,10 +272,33 @@ class OpKernelConstruction {
   ResourceManager& resources_;
 };
 
+// The vector instruction-set levels the built-in heavy kernels (MatMul,
+// Conv2D, elementwise math, reductions) are compiled for, in one binary.
+enum class CpuIsa : uint8_t {
+  kBaseline,  // x86-64's SSE2 (or the target's default)
+  kAvx2,      // AVX2 + FMA
+  kAvx512,    // AVX-512 F/BW/DQ/VL (with AVX2 + FMA)
+};
+// "baseline", "avx2" or "avx512".
+std::string_view cpu_isa_name(CpuIsa isa);
+// The best level this CPU (and OS) supports.
+CpuIsa cpu_isa_supported();
+// The level the built-in kernels run at: cpu_isa_supported(), or the lower
+// level the environment variable GRAPHRUN_CPU_ISA (baseline|avx2|avx512)
+// names. Chosen once per process, at the first call.
+CpuIsa cpu_isa();
+// OK, or InvalidArgument naming GRAPHRUN_CPU_ISA's value when it names no
+// level or one this CPU lacks (cpu_isa() is then cpu_isa_supported());
+// Session::create returns this error. Thread safety: all four are
+// thread-safe.
+const Status& cpu_isa_status();
+
 // Hooks the scheduler installs in every kernel context: intra-op
 // parallelism in the session's arena.
 struct KernelRuntime {
   void (*parallel_for)(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn) = nullptr;
+  // Threads parallel_for may use (the session's pool size); 1 when unset.
+  int threads = 1;
   // Largest output allocate_output*() makes (SessionOptions::max_tensor_bytes);
   // 0: no limit.
   int64_t max_tensor_bytes = 0;
@@ -333,6 +356,9 @@ class OpKernelContext {
   // Splits [0, n) into chunks of at least `grain` and runs fn(begin, end)
   // on the session's threads (the caller helps). Sequential when n <= grain.
   void parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn) const;
+  // Threads parallel_for runs on (the caller included): at least 1. Kernels
+  // size their pieces from it.
+  int num_threads() const { return runtime_.parallel_for == nullptr ? 1 : runtime_.threads; }
 
   // True once the step failed or was cancelled, the session was closed, or
   // the run's deadline passed. Long kernels should poll it (it costs a clock

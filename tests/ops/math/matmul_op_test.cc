@@ -7,6 +7,7 @@
 #include <random>
 #include <vector>
 
+#include "ops/math/gemm.h"
 #include "tests/testing/op_harness.h"
 
 namespace graphrun {
@@ -181,21 +182,17 @@ TEST(MatMulOpTest, LargeTransposedProductsMatchNaiveLoop) {
 // ---- The kernel against a recording runtime (no scheduler) ----
 
 std::atomic<int> g_parallel_calls{0};
-std::atomic<int> g_chunks{0};
-std::atomic<int64_t> g_rows_covered{0};
+std::atomic<int64_t> g_pieces{0};
 
 void recording_parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn) {
   g_parallel_calls.fetch_add(1);
-  for (int64_t b = 0; b < n; b += grain) {
-    const int64_t e = std::min(n, b + grain);
-    g_chunks.fetch_add(1);
-    g_rows_covered.fetch_add(e - b);
-    fn(b, e);
-  }
+  g_pieces.fetch_add(n);
+  for (int64_t b = 0; b < n; b += grain) fn(b, std::min(n, b + grain));
 }
 
-// Runs `node`'s kernel once on `inputs` with the recording runtime.
-Result<Tensor> run_kernel(const Node& node, std::vector<Tensor> inputs) {
+// Runs `node`'s kernel once on `inputs` with the recording runtime and
+// `threads` threads.
+Result<Tensor> run_kernel(const Node& node, std::vector<Tensor> inputs, int threads) {
   ResourceManager resources;
   OpKernelConstruction construction(node, resources);
   GRAPHRUN_ASSIGN_OR_RETURN(std::unique_ptr<OpKernel> kernel,
@@ -203,37 +200,61 @@ Result<Tensor> run_kernel(const Node& node, std::vector<Tensor> inputs) {
   std::vector<int32_t> slots;
   for (std::size_t i = 0; i < inputs.size(); ++i) slots.push_back(static_cast<int32_t>(i));
   std::vector<Tensor> outputs(static_cast<std::size_t>(node.num_outputs()));
-  KernelRuntime runtime{.parallel_for = &recording_parallel_for};
+  KernelRuntime runtime{.parallel_for = &recording_parallel_for, .threads = threads};
   OpKernelContext ctx(node, inputs.data(), slots, outputs.data(), runtime, nullptr, 1);
   GRAPHRUN_RETURN_IF_ERROR(kernel->compute(ctx));
   return outputs[0];
 }
 
-TEST(MatMulOpTest, KernelSplitsLargeProductsIntoRowChunks) {
+// Runs an [m, k] x [k, n] float MatMul on `threads`; returns the pieces it
+// was split into (0: one call, no parallel_for), after checking the result.
+int64_t pieces_of(int64_t m, int64_t k, int64_t n, int threads) {
   Graph g;
-  Output c = ops::MatMul(g, ops::Placeholder(g, DType::kFloat32, Shape{300, 200}),
-                         ops::Placeholder(g, DType::kFloat32, Shape{200, 100}));
-  ASSERT_TRUE(g.status().is_ok()) << g.status().to_string();
-  const Tensor a = random_matrix<float>(300, 200, 11);
-  const Tensor b = random_matrix<float>(200, 100, 12);
+  Output c = ops::MatMul(g, ops::Placeholder(g, DType::kFloat32, Shape{m, k}),
+                         ops::Placeholder(g, DType::kFloat32, Shape{k, n}));
+  EXPECT_TRUE(g.status().is_ok()) << g.status().to_string();
+  const Tensor a = random_matrix<float>(m, k, 11);
+  const Tensor b = random_matrix<float>(k, n, 12);
   g_parallel_calls = 0;
-  g_chunks = 0;
-  g_rows_covered = 0;
-  EXPECT_THAT(run_kernel(*c.node(), {a, b}),
-              IsOkAndHolds(TensorEq(naive_matmul<float>(a, b, false, false))));
-  EXPECT_EQ(g_parallel_calls.load(), 1);
-  EXPECT_GT(g_chunks.load(), 1);
-  EXPECT_EQ(g_rows_covered.load(), 300);
+  g_pieces = 0;
+  EXPECT_THAT(run_kernel(*c.node(), {a, b}, threads),
+              IsOkAndHolds(TensorNear(naive_matmul<float>(a, b, false, false))))
+      << m << "x" << k << "x" << n << " on " << threads << " threads";
+  EXPECT_LE(g_parallel_calls.load(), 1);
+  return g_pieces.load();
+}
 
-  // A small product stays one Eigen call.
-  Graph small;
-  Output s = ops::MatMul(small, ops::Placeholder(small, DType::kFloat32, Shape{2, 2}),
-                         ops::Placeholder(small, DType::kFloat32, Shape{2, 2}));
-  g_parallel_calls = 0;
-  EXPECT_THAT(run_kernel(*s.node(), {Tensor::matrix<float>({{1, 2}, {3, 4}}),
-                                     Tensor::matrix<float>({{5, 6}, {7, 8}})}),
-              IsOkAndHolds(TensorEq(Tensor::matrix<float>({{19, 22}, {43, 50}}))));
-  EXPECT_EQ(g_parallel_calls.load(), 0);
+TEST(MatMulOpTest, MediumProductsSplitIntoOnePiecePerThread) {
+  // The seed model's layer: 4.2M multiply-adds, columns in two halves.
+  EXPECT_EQ(pieces_of(64, 256, 256, 2), 2);
+  EXPECT_EQ(pieces_of(64, 256, 256, 1), 0);
+  // Taller than wide: rows split.
+  EXPECT_EQ(pieces_of(300, 200, 100, 2), 2);
+  // Never more pieces than threads, nor pieces under 2^20 multiply-adds.
+  EXPECT_EQ(pieces_of(256, 256, 256, 4), 4);
+  EXPECT_EQ(pieces_of(64, 128, 256, 8), 2);
+  // Small products stay one call.
+  EXPECT_EQ(pieces_of(64, 64, 64, 2), 0);
+  EXPECT_EQ(pieces_of(2, 2, 2, 2), 0);
+  // Odd sizes: pieces end on the last column.
+  EXPECT_EQ(pieces_of(33, 517, 261, 2), 2);
+}
+
+TEST(MatMulOpTest, SplitPlanCoversEveryColumnOrRowOnce) {
+  for (int threads : {1, 2, 3, 8}) {
+    for (int64_t extent : {1, 15, 16, 17, 100, 255, 256, 1000}) {
+      for (bool tall : {false, true}) {
+        const int64_t m = tall ? extent * 4 : extent;
+        const int64_t n = tall ? extent : extent * 4;
+        const ops_internal::GemmSplit s = ops_internal::plan_gemm_split(m, n, 4096, threads);
+        const int64_t covered = s.split_rows ? m : n;
+        EXPECT_LE(s.pieces, threads);
+        EXPECT_GE(s.pieces, 1);
+        EXPECT_GE(s.step * s.pieces, covered);
+        EXPECT_LT(s.step * (s.pieces - 1), covered) << "an empty last piece";
+      }
+    }
+  }
 }
 
 }  // namespace

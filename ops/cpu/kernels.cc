@@ -1,0 +1,251 @@
+// The inner loops of the heavy kernels, compiled once per instruction-set
+// level (cmake/GraphrunCpuIsa.cmake sets GRAPHRUN_CPU_ISA_NS to baseline,
+// avx2 or avx512 and the matching -m flags). Everything here is templates
+// over the element type, instantiated into one constant table per level.
+#include <Eigen/Core>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "ops/cpu/kernels.h"
+
+#ifndef GRAPHRUN_CPU_ISA_NS
+#error "ops/cpu/kernels.cc is compiled through graphrun_add_isa_objects (GRAPHRUN_CPU_ISA_NS)"
+#endif
+#define GRAPHRUN_CPU_CAT2(a, b) a##b
+#define GRAPHRUN_CPU_CAT(a, b) GRAPHRUN_CPU_CAT2(a, b)
+
+namespace graphrun::cpu {
+namespace GRAPHRUN_CPU_ISA_NS {
+namespace {
+
+// The type integer arithmetic runs in so that overflow wraps: the unsigned
+// twin (same bits), else T.
+template <typename T>
+struct Wrap {
+  using type = T;
+};
+template <>
+struct Wrap<int32_t> {
+  using type = uint32_t;
+};
+template <>
+struct Wrap<int64_t> {
+  using type = uint64_t;
+};
+
+template <typename S>
+using RowMatrix = Eigen::Matrix<S, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
+template <typename S>
+using InMatrix = Eigen::Map<const RowMatrix<S>, Eigen::Unaligned, Eigen::OuterStride<>>;
+template <typename S>
+using OutMatrix = Eigen::Map<RowMatrix<S>, Eigen::Unaligned, Eigen::OuterStride<>>;
+template <typename T>
+using InArray = Eigen::Map<const Eigen::Array<T, Eigen::Dynamic, 1>>;
+template <typename T>
+using OutArray = Eigen::Map<Eigen::Array<T, Eigen::Dynamic, 1>>;
+
+// c += bias (per column), then the activation, on one block of C while it
+// is in cache.
+template <typename S, typename Block>
+void epilogue(const S* bias, Activation activation, Block& c, int64_t col_begin, int64_t cols) {
+  if (bias != nullptr) {
+    c.rowwise() += Eigen::Map<const Eigen::Matrix<S, 1, Eigen::Dynamic>>(bias + col_begin, cols);
+  }
+  if constexpr (std::is_floating_point_v<S>) {
+    switch (activation) {
+      case Activation::kNone: break;
+      case Activation::kRelu: c = c.cwiseMax(S{0}); break;
+      case Activation::kSigmoid: c = c.array().logistic().matrix(); break;
+      case Activation::kTanh: c = c.array().tanh().matrix(); break;
+    }
+  }
+}
+
+template <typename T>
+void gemm(const GemmArgs<T>& g, int64_t row_begin, int64_t row_end, int64_t col_begin,
+          int64_t col_end) {
+  using S = typename Wrap<T>::type;
+  const int64_t rows = row_end - row_begin;
+  const int64_t cols = col_end - col_begin;
+  if (rows <= 0 || cols <= 0) return;
+  const InMatrix<S> a(reinterpret_cast<const S*>(g.a), g.transpose_a ? g.k : g.m,
+                      g.transpose_a ? g.m : g.k, Eigen::OuterStride<>(g.lda));
+  const InMatrix<S> b(reinterpret_cast<const S*>(g.b), g.transpose_b ? g.n : g.k,
+                      g.transpose_b ? g.k : g.n, Eigen::OuterStride<>(g.ldb));
+  OutMatrix<S> c(reinterpret_cast<S*>(g.c) + row_begin * g.ldc + col_begin, rows, cols,
+                 Eigen::OuterStride<>(g.ldc));
+  if (!g.transpose_a && !g.transpose_b) {
+    c.noalias() = a.middleRows(row_begin, rows) * b.middleCols(col_begin, cols);
+  } else if (g.transpose_a && !g.transpose_b) {
+    c.noalias() = a.middleCols(row_begin, rows).transpose() * b.middleCols(col_begin, cols);
+  } else if (!g.transpose_a && g.transpose_b) {
+    c.noalias() = a.middleRows(row_begin, rows) * b.middleRows(col_begin, cols).transpose();
+  } else {
+    c.noalias() =
+        a.middleCols(row_begin, rows).transpose() * b.middleRows(col_begin, cols).transpose();
+  }
+  if (g.bias != nullptr || g.activation != Activation::kNone) {
+    epilogue(reinterpret_cast<const S*>(g.bias), g.activation, c, col_begin, cols);
+  }
+}
+
+template <typename T>
+void unary(UnaryOp op, const T* x, T* y, int64_t n) {
+  if constexpr (std::is_floating_point_v<T>) {
+    const InArray<T> in(x, n);
+    OutArray<T> out(y, n);
+    switch (op) {
+      case UnaryOp::kNeg: out = -in; return;
+      case UnaryOp::kSquare: out = in.square(); return;
+      case UnaryOp::kRelu: out = in.cwiseMax(T{0}); return;
+      case UnaryOp::kSqrt:
+        // std::sqrt is correctly rounded (and vectorises: no errno here);
+        // Eigen's fast float path (rsqrt plus a Newton step) is off by an
+        // ulp even for perfect squares.
+        for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(x[i]);
+        return;
+      case UnaryOp::kExp: out = in.exp(); return;
+      case UnaryOp::kLog: out = in.log(); return;
+      case UnaryOp::kTanh: out = in.tanh(); return;
+      case UnaryOp::kSigmoid: out = in.logistic(); return;  // stable for large |x|
+    }
+  } else {
+    using U = typename Wrap<T>::type;
+    switch (op) {
+      case UnaryOp::kNeg:
+        for (int64_t i = 0; i < n; ++i) y[i] = static_cast<T>(U{0} - static_cast<U>(x[i]));
+        return;
+      case UnaryOp::kSquare:
+        for (int64_t i = 0; i < n; ++i) {
+          y[i] = static_cast<T>(static_cast<U>(x[i]) * static_cast<U>(x[i]));
+        }
+        return;
+      case UnaryOp::kRelu:
+        for (int64_t i = 0; i < n; ++i) y[i] = x[i] > T{0} ? x[i] : T{0};
+        return;
+      default: {
+        // The float-only functions (the ops refuse integers): through
+        // double, truncated, 0 where the result is not a finite integer.
+        std::vector<double> d(x, x + n);
+        unary<double>(op, d.data(), d.data(), n);
+        for (int64_t i = 0; i < n; ++i) {
+          const bool fits = std::isfinite(d[i]) &&
+                            std::abs(d[i]) < static_cast<double>(std::numeric_limits<T>::max());
+          y[i] = fits ? static_cast<T>(d[i]) : T{0};
+        }
+        return;
+      }
+    }
+  }
+}
+
+template <typename T, typename F>
+void elementwise(Operands form, const T* x, const T* y, T* z, int64_t n, F f) {
+  switch (form) {
+    case Operands::kBothVectors:
+      for (int64_t i = 0; i < n; ++i) z[i] = f(x[i], y[i]);
+      return;
+    case Operands::kScalarX: {
+      const T xs = *x;
+      for (int64_t i = 0; i < n; ++i) z[i] = f(xs, y[i]);
+      return;
+    }
+    case Operands::kScalarY: {
+      const T ys = *y;
+      for (int64_t i = 0; i < n; ++i) z[i] = f(x[i], ys);
+      return;
+    }
+  }
+}
+
+template <typename T>
+void binary(BinaryOp op, Operands form, const T* x, const T* y, T* z, int64_t n) {
+  using U = typename Wrap<T>::type;
+  switch (op) {
+    case BinaryOp::kAdd:
+      elementwise(form, x, y, z, n,
+                  [](T a, T b) { return static_cast<T>(static_cast<U>(a) + static_cast<U>(b)); });
+      return;
+    case BinaryOp::kSub:
+      elementwise(form, x, y, z, n,
+                  [](T a, T b) { return static_cast<T>(static_cast<U>(a) - static_cast<U>(b)); });
+      return;
+    case BinaryOp::kMul:
+      elementwise(form, x, y, z, n,
+                  [](T a, T b) { return static_cast<T>(static_cast<U>(a) * static_cast<U>(b)); });
+      return;
+    case BinaryOp::kDiv:
+      if constexpr (std::is_integral_v<T>) {
+        elementwise(form, x, y, z, n, [](T a, T b) {
+          return b == T{-1} ? static_cast<T>(U{0} - static_cast<U>(a)) : static_cast<T>(a / b);
+        });
+      } else {
+        elementwise(form, x, y, z, n, [](T a, T b) { return a / b; });
+      }
+      return;
+  }
+}
+
+template <typename T>
+T max_of(T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    if (std::isnan(a)) return a;
+    return (std::isnan(b) || b > a) ? b : a;
+  } else {
+    return b > a ? b : a;
+  }
+}
+
+template <typename T>
+T reduce(ReduceOp op, const T* x, int64_t n) {
+  const InArray<T> in(x, n);
+  if (op == ReduceOp::kMax) {
+    if constexpr (std::is_floating_point_v<T>) {
+      return in.template maxCoeff<Eigen::PropagateNaN>();
+    } else {
+      return in.maxCoeff();
+    }
+  }
+  if constexpr (std::is_integral_v<T>) {
+    using U = typename Wrap<T>::type;
+    U acc = 0;  // wraps on overflow
+    for (int64_t i = 0; i < n; ++i) acc += static_cast<U>(x[i]);
+    return static_cast<T>(acc);
+  } else {
+    return in.sum();
+  }
+}
+
+template <typename T>
+void accumulate(ReduceOp op, const T* row, T* acc, int64_t n) {
+  if (op == ReduceOp::kMax) {
+    for (int64_t j = 0; j < n; ++j) acc[j] = max_of(acc[j], row[j]);
+    return;
+  }
+  using U = typename Wrap<T>::type;
+  for (int64_t j = 0; j < n; ++j) {
+    acc[j] = static_cast<T>(static_cast<U>(acc[j]) + static_cast<U>(row[j]));
+  }
+}
+
+template <typename T>
+constexpr TypedKernels<T> typed_kernels() {
+  return TypedKernels<T>{&gemm<T>, &unary<T>, &binary<T>, &reduce<T>, &accumulate<T>};
+}
+
+constexpr KernelTable kTable{GRAPHRUN_CPU_ISA_LEVEL, typed_kernels<float>(),
+                             typed_kernels<double>(), typed_kernels<int32_t>(),
+                             typed_kernels<int64_t>()};
+
+}  // namespace
+}  // namespace GRAPHRUN_CPU_ISA_NS
+
+const KernelTable& GRAPHRUN_CPU_CAT(kernel_table_, GRAPHRUN_CPU_ISA_NS)() {
+  return GRAPHRUN_CPU_ISA_NS::kTable;
+}
+
+}  // namespace graphrun::cpu
