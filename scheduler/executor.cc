@@ -353,6 +353,8 @@ Result<std::pair<Signature, PlanLease>> SessionImpl::prepare(const FeedRefs& fee
     std::sort(sig.targets.begin(), sig.targets.end());
     sig.targets.erase(std::unique(sig.targets.begin(), sig.targets.end()), sig.targets.end());
     sig.partial = true;
+  } else {
+    sig.fuse = options_.fuse_kernels;
   }
   GRAPHRUN_ASSIGN_OR_RETURN(PlanLease entry, plan_for(sig));
   return std::pair<Signature, PlanLease>(std::move(sig), std::move(entry));
@@ -475,6 +477,7 @@ std::string signature_key(const Signature& sig) {
   append_int(key, static_cast<int32_t>(sig.fetches.size()));
   append_int(key, static_cast<int32_t>(sig.targets.size()));
   key += sig.partial ? 'P' : 'R';  // partial runs compile differently
+  key += sig.fuse ? 'F' : 'U';     // and so do fused plans
   for (const auto* list : {&sig.feeds, &sig.fetches}) {
     for (const Output& o : *list) {
       append_int(key, o.node()->id());
@@ -551,10 +554,29 @@ StepControl SessionImpl::step_control(bool trace,
   return control;
 }
 
+Result<PlanEntry*> SessionImpl::unfused_entry(PlanEntry& entry) {
+  const std::lock_guard<std::mutex> lock(entry.unfused_mu);
+  if (entry.unfused == nullptr) {
+    const StripedSharedLock graph_lock(graph_mu_);
+    Result<std::shared_ptr<const Plan>> plan =
+        build_plan(graph_, entry.plan->unfused, [this](const Node& n) { return kernel_for(n); });
+    if (!plan.is_ok()) return plan.status();
+    auto twin = std::make_shared<PlanEntry>();
+    twin->plan = std::move(*plan);
+    entry.unfused = std::move(twin);
+  }
+  return entry.unfused.get();
+}
+
 Status SessionImpl::execute(PlanEntry& entry, std::span<const Tensor> feeds, std::span<Tensor> out,
                             const RunOptions& options, RunMetadata* metadata) {
   const Plan& plan = *entry.plan;
   const StepControl control = step_control(options.trace && metadata != nullptr, options.timeout);
+  if (control.trace && plan.fused_nodes > 0) {
+    // A trace shows every node: the unfused twin runs instead.
+    GRAPHRUN_ASSIGN_OR_RETURN(PlanEntry * twin, unfused_entry(entry));
+    return execute(*twin, feeds, out, options, metadata);
+  }
 
   Status status;
   auto step = [&] {

@@ -161,6 +161,8 @@ class SessionImpl {
                                  const std::vector<TargetRef>& targets) const;
   Result<PlanLease> plan_for(const Signature& sig);
   Result<OpKernel*> kernel_for(const Node& node);
+  // `entry`'s unfused twin for traced runs (compiled at the first).
+  Result<PlanEntry*> unfused_entry(PlanEntry& entry);
   // Why a wait for a permit gave up, as the step's status (OK: it did not).
   Status admission_status(Permits::Outcome outcome) const;
   // Cleans up `run` inside the arena (a permit held).

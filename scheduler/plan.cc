@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <queue>
+#include <span>
 #include <unordered_map>
 
 namespace graphrun::sched {
@@ -127,6 +128,94 @@ void choose_policies(Plan& plan) {
       });
 }
 
+// A fused group: the kernel and its inputs, keyed by the group's last node.
+struct FusedGroup {
+  std::vector<Output> inputs;
+  OpKernel* kernel = nullptr;
+};
+
+// Finds chains a head node's kernel fuses (OpKernel::fuse) among the needed
+// nodes: each intermediate output has exactly one reader (the next node),
+// is neither fetched nor fed nor a target, and no node of the chain but the
+// last has a control edge (the head and the chain nodes take none either).
+// Marks absorbed nodes not needed; their kernels' plan entries go to the
+// last node's group.
+Status find_fusions(const Graph& graph, const Signature& sig,
+                    const std::unordered_map<int64_t, int>& fed, std::vector<char>& needed,
+                    const KernelProvider& kernels, Plan& plan,
+                    std::unordered_map<int, FusedGroup>& groups) {
+  const auto n_graph = static_cast<std::size_t>(graph.num_nodes());
+  std::vector<int32_t> readers(n_graph, 0);
+  std::vector<int32_t> reader(n_graph, -1);  // the last reader seen
+  std::vector<char> pinned(n_graph, 0);      // fetched, a target, or a control input
+  for (std::size_t id = 0; id < n_graph; ++id) {
+    if (!needed[id]) continue;
+    const Node* n = graph.node(static_cast<int>(id));
+    for (const Output& in : n->inputs()) {
+      if (fed.contains(feed_key(in))) continue;
+      const auto p = static_cast<std::size_t>(in.node()->id());
+      ++readers[p];
+      reader[p] = static_cast<int32_t>(id);
+    }
+    for (const Node* dep : n->control_inputs()) pinned[static_cast<std::size_t>(dep->id())] = 1;
+  }
+  for (const Output& f : sig.fetches) {
+    if (!fed.contains(feed_key(f))) pinned[static_cast<std::size_t>(f.node()->id())] = 1;
+  }
+  for (const Node* t : sig.targets) pinned[static_cast<std::size_t>(t->id())] = 1;
+
+  std::vector<char> grouped(n_graph, 0);
+  for (std::size_t id = 0; id < n_graph; ++id) {
+    if (!needed[id] || grouped[id]) continue;
+    const Node* head = graph.node(static_cast<int>(id));
+    if (!head->control_inputs().empty()) continue;
+    std::vector<const Node*> chain;
+    const Node* cur = head;
+    while (chain.size() < kMaxFusedChain) {
+      const auto c = static_cast<std::size_t>(cur->id());
+      if (pinned[c] || readers[c] != 1 || cur->num_outputs() != 1) break;
+      const Node* next = graph.node(reader[c]);
+      // A node with a kernel of its own (a kernel override) keeps it.
+      if (grouped[static_cast<std::size_t>(next->id())] || !next->control_inputs().empty() ||
+          next->kernel_override() != nullptr) {
+        break;
+      }
+      chain.push_back(next);
+      cur = next;
+    }
+    if (chain.empty()) continue;
+    Result<OpKernel*> head_kernel = kernels(*head);
+    if (!head_kernel.is_ok()) return head_kernel.status();
+    std::unique_ptr<OpKernel> fused;
+    std::size_t len = chain.size();
+    for (; len > 0 && fused == nullptr; --len) {
+      fused = (*head_kernel)->fuse(std::span<const Node* const>(chain.data(), len));
+      if (fused != nullptr) break;
+    }
+    if (fused == nullptr) continue;
+    FusedGroup group;
+    group.inputs.assign(head->inputs().begin(), head->inputs().end());
+    const Node* prev = head;
+    for (std::size_t i = 0; i < len; ++i) {
+      for (const Output& in : chain[i]->inputs()) {
+        if (in.node() != prev) group.inputs.push_back(in);
+      }
+      prev = chain[i];
+    }
+    group.kernel = fused.get();
+    plan.fused_kernels.push_back(std::move(fused));
+    grouped[id] = 1;
+    needed[id] = 0;
+    for (std::size_t i = 0; i < len; ++i) {
+      grouped[static_cast<std::size_t>(chain[i]->id())] = 1;
+      if (i + 1 < len) needed[static_cast<std::size_t>(chain[i]->id())] = 0;
+    }
+    plan.fused_nodes += static_cast<int32_t>(len);
+    groups.emplace(chain[len - 1]->id(), std::move(group));
+  }
+  return Status::ok();
+}
+
 }  // namespace
 
 Result<std::shared_ptr<const Plan>> build_plan(const Graph& graph, const Signature& sig,
@@ -166,6 +255,25 @@ Result<std::shared_ptr<const Plan>> build_plan(const Graph& graph, const Signatu
     }
   }
 
+  // 2b. Fusion (full runs only): absorbed nodes leave the needed set; the
+  // last node of each group reads the group's inputs.
+  auto plan = std::make_shared<Plan>();
+  std::unordered_map<int, FusedGroup> groups;
+  if (sig.fuse && !sig.partial) {
+    GRAPHRUN_RETURN_IF_ERROR(find_fusions(graph, sig, fed, needed, kernels, *plan, groups));
+    if (plan->fused_nodes > 0) {
+      plan->unfused = sig;
+      plan->unfused.fuse = false;
+    }
+  }
+  auto inputs_of = [&](const Node* n) -> std::span<const Output> {
+    if (!groups.empty()) {
+      auto it = groups.find(n->id());
+      if (it != groups.end()) return it->second.inputs;
+    }
+    return n->inputs();
+  };
+
   // 3. Topological order (Kahn) over the pruned set; leftovers form a cycle.
   std::vector<int> indegree(static_cast<std::size_t>(n_graph), 0);
   std::vector<std::vector<int>> succ(static_cast<std::size_t>(n_graph));
@@ -173,7 +281,7 @@ Result<std::shared_ptr<const Plan>> build_plan(const Graph& graph, const Signatu
     if (!needed[static_cast<std::size_t>(id)]) continue;
     const Node* n = graph.node(id);
     std::vector<int> preds;
-    for (const Output& in : n->inputs()) {
+    for (const Output& in : inputs_of(n)) {
       if (!fed.contains(feed_key(in))) preds.push_back(in.node()->id());
     }
     for (const Node* dep : n->control_inputs()) preds.push_back(dep->id());
@@ -215,7 +323,6 @@ Result<std::shared_ptr<const Plan>> build_plan(const Graph& graph, const Signatu
   }
 
   // 4. Renumber and lay out slots.
-  auto plan = std::make_shared<Plan>();
   std::vector<int32_t> index_of(static_cast<std::size_t>(n_graph), -1);
   int32_t slot = 0;
   plan->nodes.resize(order.size());
@@ -227,9 +334,13 @@ Result<std::shared_ptr<const Plan>> build_plan(const Graph& graph, const Signatu
     item.output_base = slot;
     item.num_outputs = n->num_outputs();
     slot += n->num_outputs();
-    Result<OpKernel*> k = kernels(*n);
-    if (!k.is_ok()) return k.status();
-    item.kernel = *k;
+    if (auto it = groups.find(n->id()); it != groups.end()) {
+      item.kernel = it->second.kernel;
+    } else {
+      Result<OpKernel*> k = kernels(*n);
+      if (!k.is_ok()) return k.status();
+      item.kernel = *k;
+    }
     // NoOp does nothing: its body skips the kernel call.
     item.skip_kernel = n->op() == "NoOp";
   }
@@ -252,7 +363,7 @@ Result<std::shared_ptr<const Plan>> build_plan(const Graph& graph, const Signatu
   };
   for (NodeItem& item : plan->nodes) {
     item.input_begin = static_cast<int32_t>(plan->input_slots.size());
-    for (const Output& in : item.node->inputs()) {
+    for (const Output& in : inputs_of(item.node)) {
       const int32_t s = slot_of(in);
       plan->input_slots.push_back(s);
       ++plan->slot_readers[static_cast<std::size_t>(s)];

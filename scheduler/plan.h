@@ -48,7 +48,13 @@ struct Signature {
   std::vector<Output> fetches;  // in the caller's order, may repeat
   std::vector<const Node*> targets;
   bool partial = false;  // a partial run's plan (adds the fields below)
+  // May fuse chains of nodes into one kernel (OpKernel::fuse); never for
+  // partial runs.
+  bool fuse = false;
 };
+
+// Nodes after a fusion's head, at most (a bias add and an activation).
+inline constexpr std::size_t kMaxFusedChain = 2;
 
 // Thread safety: immutable after build; shared by concurrent steps.
 struct Plan {
@@ -66,6 +72,12 @@ struct Plan {
   std::vector<int32_t> slot_readers;
   static constexpr int32_t kKeep = 1 << 30;
   std::string key;
+  // Fusion: kernels the plan made (OpKernel::fuse), how many graph nodes
+  // they absorbed, and the same signature unfused, which traced runs use
+  // (a trace shows every node).
+  std::vector<std::unique_ptr<OpKernel>> fused_kernels;
+  int32_t fused_nodes = 0;
+  Signature unfused;
   // Every kernel is cheap (OpKernel::is_cheap, or a NoOp): the caller runs
   // the nodes itself — in plan order for a full run, as they become ready
   // for a partial run — without a flow graph, a task, or entering the arena

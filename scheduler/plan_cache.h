@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <shared_mutex>
 #include <string>
 #include <unordered_map>
@@ -27,6 +28,10 @@ struct PlanEntry : std::enable_shared_from_this<PlanEntry> {
   // Leases (runs between find and return) on this entry, per thread stripe:
   // a run pins its plan without touching a count other threads write.
   StripedCounter leases;
+  // A plan with fusions: its unfused twin (Plan::unfused), which traced runs
+  // use, compiled at the first of them and destroyed with this entry.
+  std::mutex unfused_mu;
+  std::shared_ptr<PlanEntry> unfused;  // guarded by unfused_mu
 };
 
 // A run's hold on a cache entry: the entry stays alive, even if evicted,

@@ -203,6 +203,7 @@ void RunState::finish() {
 }
 
 void RunState::collect_stats(RunMetadata& metadata) const {
+  metadata.cpu_isa = cpu_isa_name(cpu_isa());
   for (const NodeExecStats& s : stats_) {
     if (!s.node.empty()) metadata.step_stats.push_back(s);
   }
@@ -210,6 +211,7 @@ void RunState::collect_stats(RunMetadata& metadata) const {
 
 void RunState::collect_new_stats(RunMetadata& metadata) {
   if (stat_state_ == nullptr) return;
+  metadata.cpu_isa = cpu_isa_name(cpu_isa());
   for (std::size_t i = 0; i < stats_.size(); ++i) {
     uint8_t expected = 1;  // acquire: pairs with the writer's release
     if (stat_state_[i].compare_exchange_strong(expected, 2, std::memory_order_acquire)) {

@@ -5,8 +5,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
+#include <utility>
 
 #include "ops/math/gemm.h"
 #include "ops/math/math_util.h"
@@ -52,15 +55,84 @@ Status matmul_shape(InferenceContext& c) {
   return Status::ok();
 }
 
-// product = op(a) * op(b), op = transpose when the flag is set.
+// What a fused MatMul adds after the product: a bias per column, then an
+// activation.
+struct Epilogue {
+  bool bias = false;
+  cpu::Activation activation = cpu::Activation::kNone;
+};
+
+// The built-in kernel of `op`, as registered globally (a node of a custom
+// registry, or one whose op was replaced, is not fused).
+bool is_builtin(const Node& n, std::string_view op) {
+  return n.op() == op && &n.registration() == OpRegistry::global().find(op);
+}
+
+cpu::Activation activation_of(const Node& n) {
+  if (is_builtin(n, "Relu")) return cpu::Activation::kRelu;
+  if (is_builtin(n, "Sigmoid")) return cpu::Activation::kSigmoid;
+  if (is_builtin(n, "Tanh")) return cpu::Activation::kTanh;
+  return cpu::Activation::kNone;
+}
+
+// product = op(a) * op(b), op = transpose when the flag is set; with an
+// epilogue (a fused kernel), + bias (input 2, [n]) and the activation.
 // Thread safety: immutable after construction; compute() may run
 // concurrently.
 class MatMulOp final : public OpKernel {
  public:
-  MatMulOp(bool transpose_a, bool transpose_b)
-      : transpose_a_(transpose_a), transpose_b_(transpose_b) {}
+  MatMulOp(const Node& node, bool transpose_a, bool transpose_b, Epilogue epilogue = {},
+           std::string fused_names = {})
+      : node_(node),
+        transpose_a_(transpose_a),
+        transpose_b_(transpose_b),
+        epilogue_(epilogue),
+        fused_names_(std::move(fused_names)) {}
 
   Status compute(OpKernelContext& ctx) override {
+    Status s = compute_product(ctx);
+    if (s.is_ok() || fused_names_.empty()) return s;
+    return Status(s.code(), fmt::format("{} (fused): {}", fused_names_, s.message()));
+  }
+
+  // MatMul, then an Add of a [n] bias (either operand order), then Relu,
+  // Sigmoid or Tanh; or MatMul then one of those. float32 and float64.
+  std::unique_ptr<OpKernel> fuse(std::span<const Node* const> chain) const override {
+    if (!epilogue_.bias && epilogue_.activation == cpu::Activation::kNone && !chain.empty()) {
+      const DType dtype = node_.output_dtype(0);
+      const Shape& product = node_.output_shape(0);
+      if (dtype != DType::kFloat32 && dtype != DType::kFloat64) return nullptr;
+      Epilogue e;
+      std::size_t i = 0;
+      const Node& first = *chain[0];
+      if ((is_builtin(first, "Add") || is_builtin(first, "AddV2")) && first.num_inputs() == 2) {
+        const int other = first.input(0).node() == &node_ ? 1 : 0;
+        const Output& bias = first.input(other);
+        // The bias must be one value per column, known at build, so that
+        // the Add's broadcast is exactly the epilogue's.
+        if (product.is_unknown_rank() || product.rank() != 2 || product.dim(1) < 0 ||
+            bias.dtype() != dtype || bias.shape().is_unknown_rank() || bias.shape().rank() != 1 ||
+            bias.shape().dim(0) != product.dim(1)) {
+          return nullptr;
+        }
+        e.bias = true;
+        ++i;
+      }
+      if (i < chain.size()) {
+        e.activation = activation_of(*chain[i]);
+        if (e.activation == cpu::Activation::kNone) return nullptr;
+        ++i;
+      }
+      if (i != chain.size()) return nullptr;
+      std::string names = fmt::format("MatMul '{}'", node_.name());
+      for (const Node* n : chain) names += fmt::format(" + {} '{}'", n->op(), n->name());
+      return std::make_unique<MatMulOp>(node_, transpose_a_, transpose_b_, e, std::move(names));
+    }
+    return nullptr;
+  }
+
+ private:
+  Status compute_product(OpKernelContext& ctx) const {
     const Tensor& a = ctx.input(0);
     const Tensor& b = ctx.input(1);
     if (a.dtype() != b.dtype()) {
@@ -72,26 +144,44 @@ class MatMulOp final : public OpKernel {
     const int64_t kb = b.shape().dim(transpose_b_ ? 1 : 0);
     const int64_t n = b.shape().dim(transpose_b_ ? 0 : 1);
     if (ka != kb) return inner_dims_error(a.shape(), b.shape(), transpose_a_, transpose_b_, ka, kb);
+    const Tensor* bias = nullptr;
+    if (epilogue_.bias) {
+      bias = &ctx.input(2);
+      if (bias->dtype() != a.dtype() || bias->shape() != Shape{n}) {
+        return invalid_argument("the bias is {}, expected {}[{}]", bias->debug_type(),
+                                dtype_name(a.dtype()), n);
+      }
+    }
     switch (a.dtype()) {
-      case DType::kFloat32: return compute_typed<float>(ctx, a, b, m, ka, n);
-      case DType::kFloat64: return compute_typed<double>(ctx, a, b, m, ka, n);
-      case DType::kInt32: return compute_typed<int32_t>(ctx, a, b, m, ka, n);
-      case DType::kInt64: return compute_typed<int64_t>(ctx, a, b, m, ka, n);
+      case DType::kFloat32: return compute_typed<float>(ctx, a, b, bias, m, ka, n);
+      case DType::kFloat64: return compute_typed<double>(ctx, a, b, bias, m, ka, n);
+      case DType::kInt32: return compute_typed<int32_t>(ctx, a, b, bias, m, ka, n);
+      case DType::kInt64: return compute_typed<int64_t>(ctx, a, b, bias, m, ka, n);
       default: return invalid_argument("unsupported dtype {}", a.dtype());
     }
   }
 
- private:
   template <typename T>
-  Status compute_typed(OpKernelContext& ctx, const Tensor& a, const Tensor& b, int64_t m, int64_t k,
-                       int64_t n) const {
-    if (k == 0) {  // an empty sum: zeros
+  Status compute_typed(OpKernelContext& ctx, const Tensor& a, const Tensor& b, const Tensor* bias,
+                       int64_t m, int64_t k, int64_t n) const {
+    const bool has_epilogue = bias != nullptr || epilogue_.activation != cpu::Activation::kNone;
+    if (k == 0 && !has_epilogue) {  // an empty sum: zeros
       GRAPHRUN_ASSIGN_OR_RETURN(Tensor * out, ctx.allocate_output(0, Shape{m, n}));
       (void)out;
       return Status::ok();
     }
     GRAPHRUN_ASSIGN_OR_RETURN(Tensor * out, ctx.allocate_output_uninitialized(0, Shape{m, n}));
     if (m == 0 || n == 0) return Status::ok();
+    if (k == 0) {
+      // Zeros through the epilogue: the fused kernel's answer must be the
+      // unfused nodes' (bias, activation of 0).
+      const std::span<T> z = out->flat<T>();
+      std::fill(z.begin(), z.end(), T{0});
+      if constexpr (std::is_floating_point_v<T>) {
+        apply_epilogue_only<T>(out->flat<T>().data(), bias, m, n);
+      }
+      return Status::ok();
+    }
     cpu::GemmArgs<T> g;
     g.a = a.flat<T>().data();
     g.lda = a.shape().dim(1);
@@ -104,12 +194,36 @@ class MatMulOp final : public OpKernel {
     g.m = m;
     g.n = n;
     g.k = k;
+    g.bias = bias != nullptr ? bias->flat<T>().data() : nullptr;
+    g.activation = epilogue_.activation;
     parallel_gemm(ctx, g);
     return Status::ok();
   }
 
+  // c (zeros) + bias, then the activation, for a product with k = 0.
+  template <typename T>
+  void apply_epilogue_only(T* c, const Tensor* bias, int64_t m, int64_t n) const {
+    for (int64_t r = 0; r < m; ++r) {
+      T* row = c + r * n;
+      if (bias != nullptr) {
+        const T* bv = bias->flat<T>().data();
+        for (int64_t j = 0; j < n; ++j) row[j] += bv[j];
+      }
+      const cpu::UnaryFn<T> unary = cpu::kernels().typed<T>().unary;
+      switch (epilogue_.activation) {
+        case cpu::Activation::kNone: break;
+        case cpu::Activation::kRelu: unary(cpu::UnaryOp::kRelu, row, row, n); break;
+        case cpu::Activation::kSigmoid: unary(cpu::UnaryOp::kSigmoid, row, row, n); break;
+        case cpu::Activation::kTanh: unary(cpu::UnaryOp::kTanh, row, row, n); break;
+      }
+    }
+  }
+
+  const Node& node_;
   const bool transpose_a_;
   const bool transpose_b_;
+  const Epilogue epilogue_;
+  const std::string fused_names_;  // empty unless fused
 };
 
 }  // namespace
@@ -130,7 +244,7 @@ void register_matmul_op(OpRegistry& r) {
       [](OpKernelConstruction& c) -> Result<std::unique_ptr<OpKernel>> {
         GRAPHRUN_ASSIGN_OR_RETURN(bool ta, c.attr<bool>("transpose_a"));
         GRAPHRUN_ASSIGN_OR_RETURN(bool tb, c.attr<bool>("transpose_b"));
-        return std::make_unique<MatMulOp>(ta, tb);
+        return std::make_unique<MatMulOp>(c.node(), ta, tb);
       }));
 }
 

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <string_view>
 #include <vector>
 
 #include "tests/testing/op_harness.h"
@@ -231,6 +232,170 @@ TEST(LightweightChainTest, LongChainsOfCheapNodesRun) {
     auto s = make_session(g, o);
     EXPECT_THAT(s->run({{x, Tensor(3.0f)}}, {last}, {prev}),
                 IsOkAndHolds(::testing::ElementsAre(TensorEq(Tensor(-3.0f)))));
+  }
+}
+
+// ---- Fusion (MatMul + bias Add + activation) ----
+
+// x [64, 256] placeholder, w [256, 256] and b [256] constants:
+// act(Add(MatMul(x, w), b)) as the chain's nodes.
+struct Dense {
+  Output x, w, b, mm, add, act;
+};
+
+Dense dense(Graph& g, const char* activation = "Relu", bool bias_first = false,
+            Shape bias_shape = Shape{256}) {
+  Dense d;
+  d.x = ops::Placeholder(g, DType::kFloat32, Shape{64, 256}, "x");
+  d.w = ops::Const(g, Tensor::filled<float>(Shape{256, 256}, 0.01f), "w");
+  d.b = ops::Const(g, Tensor::filled<float>(bias_shape, 0.5f), "b");
+  d.mm = ops::MatMul(g, d.x, d.w, {}, "mm");
+  d.add = bias_first ? ops::Add(g, d.b, d.mm, "add") : ops::Add(g, d.mm, d.b, "add");
+  if (std::string_view(activation) == "Relu") d.act = ops::Relu(g, d.add, "act");
+  if (std::string_view(activation) == "Sigmoid") d.act = ops::Sigmoid(g, d.add, "act");
+  if (std::string_view(activation) == "Tanh") d.act = ops::Tanh(g, d.add, "act");
+  EXPECT_TRUE(g.status().is_ok()) << g.status().to_string();
+  return d;
+}
+
+bool in_plan(const Plan& p, const Output& o) {
+  return std::any_of(p.nodes.begin(), p.nodes.end(),
+                     [&](const sched::NodeItem& item) { return item.node == o.node(); });
+}
+
+TEST_F(PlanTest, FusesMatMulBiasAddAndActivationIntoTheLastNode) {
+  for (const char* activation : {"Relu", "Sigmoid", "Tanh"}) {
+    for (bool bias_first : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << activation << (bias_first ? " bias first" : ""));
+      kernels_.clear();  // a new graph's nodes may reuse a destroyed one's addresses
+      Graph g;
+      const Dense d = dense(g, activation, bias_first);
+      auto p = plan(g, Signature{.feeds = {d.x}, .fetches = {d.act}, .fuse = true});
+      ASSERT_NE(p, nullptr);
+      EXPECT_EQ(p->fused_nodes, 2);
+      EXPECT_FALSE(in_plan(*p, d.mm));
+      EXPECT_FALSE(in_plan(*p, d.add));
+      ASSERT_TRUE(in_plan(*p, d.act));
+      ASSERT_EQ(p->fused_kernels.size(), 1u);
+      // w and b, then the fused node: its inputs are x, w, b.
+      const sched::NodeItem& last = p->nodes.back();
+      EXPECT_EQ(last.node, d.act.node());
+      EXPECT_EQ(last.input_end - last.input_begin, 3);
+      EXPECT_EQ(last.kernel, p->fused_kernels[0].get());
+      EXPECT_FALSE(p->unfused.fuse);
+      EXPECT_EQ(p->unfused.fetches, std::vector<Output>{d.act});
+
+      // The same signature unfused keeps every node.
+      auto unfused = plan(g, Signature{.feeds = {d.x}, .fetches = {d.act}});
+      EXPECT_EQ(unfused->fused_nodes, 0);
+      EXPECT_TRUE(in_plan(*unfused, d.mm));
+      EXPECT_TRUE(in_plan(*unfused, d.add));
+    }
+  }
+}
+
+TEST_F(PlanTest, FusesShorterChainsToo) {
+  Graph g;
+  const Dense d = dense(g);
+  // The Add fetched: MatMul + bias only.
+  auto bias_only = plan(g, Signature{.feeds = {d.x}, .fetches = {d.add}, .fuse = true});
+  EXPECT_EQ(bias_only->fused_nodes, 1);
+  EXPECT_FALSE(in_plan(*bias_only, d.mm));
+  // MatMul then Relu, no bias.
+  Graph h;
+  Output x = ops::Placeholder(h, DType::kFloat64, Shape{8, 4}, "x");
+  Output mm = ops::MatMul(h, x, ops::Const(h, Tensor::filled<double>(Shape{4, 3}, 1.0)), {}, "mm");
+  Output r = ops::Relu(h, mm, "r");
+  auto act_only = plan(h, Signature{.feeds = {x}, .fetches = {r}, .fuse = true});
+  EXPECT_EQ(act_only->fused_nodes, 1);
+  EXPECT_FALSE(in_plan(*act_only, mm));
+}
+
+TEST_F(PlanTest, DoesNotFuseWhatAnythingElseSees) {
+  auto fused_nodes = [&](const Graph& g, Signature sig) {
+    sig.fuse = true;
+    kernels_.clear();  // a new graph's nodes may reuse a destroyed one's addresses
+    auto p = plan(g, std::move(sig));
+    return p == nullptr ? -1 : p->fused_nodes;
+  };
+  {  // the product fetched
+    Graph g;
+    const Dense d = dense(g);
+    EXPECT_EQ(fused_nodes(g, Signature{.feeds = {d.x}, .fetches = {d.act, d.mm}}), 0);
+  }
+  {  // the sum fetched: MatMul + bias only, the activation stays
+    Graph g;
+    const Dense d = dense(g);
+    EXPECT_EQ(fused_nodes(g, Signature{.feeds = {d.x}, .fetches = {d.act, d.add}}), 1);
+  }
+  {  // the product fed: nothing to fuse with
+    Graph g;
+    const Dense d = dense(g);
+    EXPECT_EQ(fused_nodes(g, Signature{.feeds = {d.mm}, .fetches = {d.act}}), 0);
+  }
+  {  // the sum fed: the MatMul is pruned, the activation alone
+    Graph g;
+    const Dense d = dense(g);
+    EXPECT_EQ(fused_nodes(g, Signature{.feeds = {d.add}, .fetches = {d.act}}), 0);
+  }
+  {  // the product read by a second node
+    Graph g;
+    const Dense d = dense(g);
+    Output other = ops::Neg(g, d.mm, "other");
+    EXPECT_EQ(fused_nodes(g, Signature{.feeds = {d.x}, .fetches = {d.act, other}}), 0);
+  }
+  {  // the sum read twice
+    Graph g;
+    const Dense d = dense(g);
+    Output twice = ops::Mul(g, d.add, d.add, "twice");
+    // MatMul + bias fuse; the Add's output, read twice, ends the chain.
+    EXPECT_EQ(fused_nodes(g, Signature{.feeds = {d.x}, .fetches = {d.act, twice}}), 1);
+  }
+  {  // the MatMul a target
+    Graph g;
+    const Dense d = dense(g);
+    EXPECT_EQ(
+        fused_nodes(g, Signature{.feeds = {d.x}, .fetches = {d.act}, .targets = {d.mm.node()}}), 0);
+  }
+  {  // a control edge from the product, and one into the Add
+    Graph g;
+    const Dense d = dense(g);
+    const Node* after = nullptr;
+    {
+      auto scope = g.control_dependencies({d.mm.node()});
+      after = ops::NoOp(g, "after");
+    }
+    EXPECT_EQ(fused_nodes(g, Signature{.feeds = {d.x}, .fetches = {d.act}, .targets = {after}}), 0);
+    Graph h;
+    Output x = ops::Placeholder(h, DType::kFloat32, Shape{2, 2}, "x");
+    Output mm = ops::MatMul(h, x, ops::Const(h, Tensor::filled<float>(Shape{2, 2}, 1.0f)));
+    const Node* before = ops::NoOp(h, "before");
+    Result<Node*> add =
+        h.add_node(NodeSpec{.op = "Add",
+                            .name = "add",
+                            .inputs = {mm, ops::Const(h, Tensor::filled<float>(Shape{2}, 1.0f))},
+                            .control_inputs = {before}});
+    ASSERT_TRUE(add.is_ok()) << add.status().to_string();
+    EXPECT_EQ(fused_nodes(h, Signature{.feeds = {x}, .fetches = {(*add)->output(0)}}), 0);
+  }
+  {  // biases that are not one value per column
+    for (Shape bias : {Shape{1}, Shape{64, 256}, Shape{}}) {
+      Graph g;
+      const Dense d = dense(g, "Relu", false, bias);
+      // The Add stays, and the Relu cannot fuse across it.
+      EXPECT_EQ(fused_nodes(g, Signature{.feeds = {d.x}, .fetches = {d.act}}), 0)
+          << bias.to_string();
+    }
+  }
+  {  // integer products, and a partial run's plan
+    Graph g;
+    Output x = ops::Placeholder(g, DType::kInt32, Shape{2, 2}, "x");
+    Output mm = ops::MatMul(g, x, ops::Const(g, Tensor::filled<int32_t>(Shape{2, 2}, 1)));
+    Output r = ops::Relu(g, mm);
+    EXPECT_EQ(fused_nodes(g, Signature{.feeds = {x}, .fetches = {r}}), 0);
+    Graph h;
+    const Dense d = dense(h);
+    EXPECT_EQ(fused_nodes(h, Signature{.feeds = {d.x}, .fetches = {d.act}, .partial = true}), 0);
   }
 }
 

@@ -392,6 +392,18 @@ class OpKernel {
   // tensors answers from the node's build-time shapes (small_static_shapes).
   // A wrong `true` costs parallelism, never correctness. Default: false.
   virtual bool is_cheap() const { return false; }
+  // Optional epilogue fusion: one kernel computing this node followed by
+  // `chain`, where chain[0] reads this node's only output and each next
+  // node reads the previous one's, and nothing else sees those
+  // intermediate tensors. The plan asks (with SessionOptions::fuse_kernels,
+  // never for a traced run or a partial run); null declines, the default.
+  // The fused kernel's inputs are this node's, then each chain node's other
+  // inputs in order; it produces the last chain node's outputs, and runs
+  // with that node as ctx.node(). The plan owns the returned kernel.
+  virtual std::unique_ptr<OpKernel> fuse(std::span<const Node* const> chain) const {
+    (void)chain;
+    return nullptr;
+  }
 };
 
 // Elements up to which elementwise work on one node counts as cheap.

@@ -117,6 +117,13 @@ struct SessionOptions {
   // with ResourceExhausted naming it, before anything is allocated. 0: no
   // limit. Servers set it (ServiceLimits::max_output_tensor_bytes).
   int64_t max_tensor_bytes = 0;
+  // Lets a plan fuse an elementwise chain into the kernel that feeds it
+  // (MatMul, then a bias Add or BiasAdd of its columns, then Relu, Sigmoid
+  // or Tanh) when the intermediate tensors are used nowhere else: not
+  // fetched, fed, read by another node, nor linked by a control edge.
+  // Traced runs (RunOptions::trace) and partial runs never fuse. Results
+  // differ from the unfused nodes' by float rounding at most.
+  bool fuse_kernels = true;
 };
 
 struct RunOptions {
@@ -151,6 +158,9 @@ struct NodeExecStats {
 
 struct RunMetadata {
   std::vector<NodeExecStats> step_stats;
+  // The instruction-set level the built-in kernels ran at (cpu_isa_name of
+  // cpu_isa(): "baseline", "avx2" or "avx512"); set with the statistics.
+  std::string cpu_isa;
 };
 
 // A feed: the tensor to replace and its value.
