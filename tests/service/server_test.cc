@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <google/protobuf/unknown_field_set.h>
 #include <graphrun/graph_def.h>
+#include <graphrun/op_kernel.h>
 #include <graphrun/ops.h>
 #include <graphrun/server.h>
 #include <graphrun/session_service.h>
@@ -22,6 +23,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
@@ -687,6 +689,41 @@ TEST(GraphrunServerBinaryTest, BadFlagsAreOneLineOnStderr) {
     EXPECT_THAT(err, ::testing::EndsWith("\n"));
     EXPECT_EQ(child.rest_of_stdout(), "") << flags[0];
   }
+}
+
+// `--version`: the version and the level the kernels run at (this process's
+// environment, GRAPHRUN_CPU_ISA included, is the child's).
+TEST(GraphrunServerBinaryTest, VersionNamesTheKernelLevel) {
+  if (kServerBinary == nullptr) GTEST_SKIP() << "graphrun-server is not built (tools off)";
+  if (!cpu_isa_status().is_ok()) GTEST_SKIP() << cpu_isa_status().to_string();
+  Child child({kServerBinary, "--version"});
+  ASSERT_TRUE(child.started());
+  const std::optional<int> status = child.wait(std::chrono::seconds(30));
+  ASSERT_TRUE(status.has_value());
+  ASSERT_TRUE(WIFEXITED(*status));
+  EXPECT_EQ(WEXITSTATUS(*status), 0);
+  const std::string out = child.rest_of_stdout();
+  EXPECT_THAT(out, StartsWith(std::string("graphrun-server ") + GRAPHRUN_PROJECT_VERSION +
+                              "\nkernels: " + std::string(cpu_isa_name(cpu_isa())) + " ("));
+  EXPECT_THAT(out, HasSubstr(std::string("this CPU supports up to ") +
+                             std::string(cpu_isa_name(cpu_isa_supported())) + ")\n"));
+  EXPECT_EQ(std::count(out.begin(), out.end(), '\n'), 2) << out;
+  EXPECT_EQ(child.read_stderr(), "");
+}
+
+// The startup log line (stderr, after the ready lines on stdout) names the
+// level; stdout stays exactly the ready lines.
+TEST(GraphrunServerBinaryTest, StartupLogNamesTheKernelLevel) {
+  if (kServerBinary == nullptr) GTEST_SKIP() << "graphrun-server is not built (tools off)";
+  if (!cpu_isa_status().is_ok()) GTEST_SKIP() << cpu_isa_status().to_string();
+  testing::ServerProcess server({});
+  ASSERT_FALSE(server.address().empty()) << server.child().read_stderr();
+  ASSERT_EQ(::kill(server.child().pid(), SIGTERM), 0);
+  ASSERT_TRUE(server.child().wait(std::chrono::seconds(30)).has_value());
+  EXPECT_EQ(server.child().rest_of_stdout(), "");
+  EXPECT_THAT(server.child().read_stderr(),
+              StartsWith(std::string("graphrun-server: kernels: ") +
+                         std::string(cpu_isa_name(cpu_isa())) + " ("));
 }
 
 }  // namespace

@@ -5,7 +5,9 @@
 // times each stage's nodes executed (from step statistics), and how long
 // each way took: two separate runs (stage 1 executes twice) against one
 // partial run whose second input is computed outside the graph from the
-// first call's output (stage 1 executes once).
+// first call's output (stage 1 executes once). First it prints the level the
+// kernels run at (GRAPHRUN_CPU_ISA=baseline|avx2|avx512 lowers it) and the
+// session's thread count.
 #include <fmt/format.h>
 #include <graphrun/graphrun.h>
 
@@ -13,6 +15,10 @@
 #include <cstdio>
 #include <map>
 #include <string>
+
+// Relative: this target does not have the repository root on its include
+// path; the header is self-contained (public API and fmt only).
+#include "../graphrun/build_info.h"
 
 using graphrun::DType;
 using graphrun::Graph;
@@ -77,6 +83,16 @@ std::map<std::string, int> executions(const RunMetadata& md) {
 }  // namespace
 
 int main() {
+  // "kernels: avx512 (AVX-512 F/BW/DQ/VL), 2 threads"; an invalid
+  // GRAPHRUN_CPU_ISA is named here, and Session::create below fails with it.
+  if (const graphrun::Status& isa = graphrun::cpu_isa_status(); isa.is_ok()) {
+    const graphrun::CpuIsa level = graphrun::cpu_isa();
+    fmt::print("kernels: {} ({}), {} threads\n", graphrun::cpu_isa_name(level),
+               graphrun::tools::cpu_isa_features(level), graphrun::ThreadPool::default_threads());
+  } else {
+    fmt::print("kernels: error: {}\n", isa.message());
+  }
+  std::fflush(stdout);
   Graph g;
   const Model m = build(g);
   const graphrun::Node* init = ops::GlobalVariablesInitializer(g);

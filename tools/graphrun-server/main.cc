@@ -6,11 +6,15 @@
 //   graphrun-server listening on <address with the real port>
 // and, when metrics are on,
 //   graphrun-server metrics on http://<host:port>/metrics
-// to stdout. SIGTERM or SIGINT shuts it down gracefully (health
-// NOT_SERVING, no new calls, calls in flight get --grace-period, then their
-// steps are cancelled and every session is closed) and it exits 0. A bad
-// flag is one line on stderr and exit code 2; a server that cannot start
-// exits 1.
+// to stdout, then logs the level the kernels run at to stderr,
+//   graphrun-server: kernels: avx512 (this CPU supports up to avx512)
+// (or "kernels: error: GRAPHRUN_CPU_ISA='...' ..." when that variable is
+// invalid: the server still serves, and CreateSession fails with that error).
+// `--version` prints "graphrun-server <version>" and the same kernels line.
+// SIGTERM or SIGINT shuts it down gracefully (health NOT_SERVING, no new
+// calls, calls in flight get --grace-period, then their steps are cancelled
+// and every session is closed) and it exits 0. A bad flag is one line on
+// stderr and exit code 2; a server that cannot start exits 1.
 #include <fmt/format.h>
 #include <graphrun/server.h>
 #include <graphrun/session.h>
@@ -25,6 +29,10 @@
 #include <sstream>
 #include <string>
 #include <string_view>
+
+// Relative: this target does not have the repository root on its include
+// path; the header is self-contained (public API and fmt only).
+#include "../graphrun/build_info.h"
 
 namespace {
 
@@ -114,6 +122,10 @@ int main(int argc, char** argv) {
   CLI::App app{
       "graphrun-server: the graphrun SessionService (gRPC) with health, reflection and "
       "optional TLS, bearer token and Prometheus metrics."};
+  app.set_version_flag(
+      "--version", [] { return graphrun::tools::version_text("graphrun-server"); },
+      "Print the version and the kernels' instruction-set level (GRAPHRUN_CPU_ISA=baseline|avx2|"
+      "avx512 lowers it) and exit");
   app.add_option("--listen", options.address,
                  "host:port (port 0: a free one, printed when ready) or unix:PATH")
       ->capture_default_str();
@@ -251,6 +263,8 @@ int main(int argc, char** argv) {
     fmt::print("graphrun-server metrics on http://{}/metrics\n", (*server)->metrics_address());
   }
   std::fflush(stdout);
+  fmt::print(stderr, "graphrun-server: kernels: {}\n", graphrun::tools::kernels_description());
+  std::fflush(stderr);
 
   int received = 0;
   while (sigwait(&stop_signals, &received) != 0) {

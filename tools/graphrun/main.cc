@@ -10,6 +10,7 @@
 #include "tools/graphrun/bench.h"
 #include "tools/graphrun/cli.h"
 #include "tools/graphrun/dot.h"
+#include "tools/graphrun/info.h"
 
 namespace {
 
@@ -17,6 +18,10 @@ int run_main(int argc, char** argv) {
   namespace cli = graphrun::cli;
   CLI::App app{"graphrun: run TensorFlow-1-style graph files (GraphDef .pb / .pbtxt)", "graphrun"};
   app.require_subcommand(1);
+  app.set_version_flag(
+      "--version", [] { return cli::version_text(); },
+      "Print the version and the kernels' instruction-set level (GRAPHRUN_CPU_ISA=baseline|avx2|"
+      "avx512 lowers it; an invalid value is named there) and exit 0");
 
   cli::RunArgs run_args;
   CLI::App* run = app.add_subcommand("run", "Run a graph: feed tensors, print or save fetches");
@@ -89,6 +94,12 @@ int run_main(int argc, char** argv) {
   bench->add_flag("--no-progress", bench_args.no_progress,
                   "No progress bar (shown only when stderr is a terminal)");
 
+  CLI::App* info = app.add_subcommand(
+      "info",
+      "Print the version, the kernels' instruction-set level and the session thread counts "
+      "(default and most); exits 1, the reason on stderr, when GRAPHRUN_CPU_ISA is invalid "
+      "(no session could be created)");
+
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -104,6 +115,7 @@ int run_main(int argc, char** argv) {
   if (run->parsed()) return cli::run_command(run_args, stdout, stderr);
   if (dot->parsed()) return cli::dot_command(dot_args, stdout, stderr);
   if (bench->parsed()) return cli::bench_command(bench_args, stdout, stderr);
+  if (info->parsed()) return cli::info_command(stdout, stderr);
   return cli::kExitUsage;
 }
 
