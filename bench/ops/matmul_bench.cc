@@ -15,14 +15,12 @@
 //                    (same intra-op parallel_for) in an arena of the same size.
 //   _RawFlowGraphNoIntraOp  the same, each kernel's parallel_for inline:
 //                    inter-op parallelism only.
-//   _Sequential      the same Eigen products and sums (graphrun/eigen.h
-//                    matrix<float>/flat<float>) in a loop on one thread.
-//   _SequentialRowChunks  diagnostic: the same loop with every product split
-//                    into MatMulOp's parallel_for row chunks.
+//   _Sequential      the same kernels' GEMM and Add of the chosen
+//                    instruction-set level (ops/cpu), called in a loop on one
+//                    thread: the fastest plain form of the work.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
-#include <graphrun/eigen.h>
 #include <graphrun/graphrun.h>
 
 #include <algorithm>
@@ -31,6 +29,7 @@
 #include <string>
 
 #include "bench/common/raw_graph.h"
+#include "ops/cpu/kernels.h"
 
 namespace graphrun::bench {
 namespace {
@@ -86,34 +85,31 @@ const MatMulGraph& matmul_graph() {
   return *g;
 }
 
-// The reference result, computed sequentially; also the Sequential body.
-// With `row_chunk` > 0 each product is computed `row_chunk` output rows at a
-// time, as MatMulOp's parallel_for splits it (diagnostic only).
-Tensor sequential_sum(const MatMulGraph& mg, int64_t row_chunk = 0) {
+// The reference result, computed sequentially; also the Sequential body:
+// the MatMul kernel's GEMM and the Add kernel's loop of the chosen level
+// (cpu::kernels()), called directly in a loop on one thread.
+Tensor sequential_sum(const MatMulGraph& mg) {
+  const cpu::TypedKernels<float>& k = cpu::kernels().f32;
   std::vector<Tensor> level;
   level.reserve(kProducts);
   for (int i = 0; i < kSide; ++i) {
     for (int j = 0; j < kSide; ++j) {
       Tensor p = Tensor::allocate_uninitialized(DType::kFloat32, Shape{kDim, kDim}).value();
-      const Tensor& a = mg.a[static_cast<std::size_t>(i)];
-      const Tensor& b = mg.b[static_cast<std::size_t>(j)];
-      if (row_chunk <= 0) {
-        matrix<float>(p).noalias() = matrix<float>(a) * matrix<float>(b);
-      } else {
-        for (int64_t r = 0; r < kDim; r += row_chunk) {
-          const int64_t n = std::min(row_chunk, kDim - r);
-          matrix<float>(p).middleRows(r, n).noalias() =
-              matrix<float>(a).middleRows(r, n) * matrix<float>(b);
-        }
-      }
+      cpu::GemmArgs<float> g;
+      g.a = mg.a[static_cast<std::size_t>(i)].flat<float>().data();
+      g.b = mg.b[static_cast<std::size_t>(j)].flat<float>().data();
+      g.c = p.flat<float>().data();
+      g.lda = g.ldb = g.ldc = g.m = g.n = g.k = kDim;
+      k.gemm(g, 0, kDim, 0, kDim);
       level.push_back(std::move(p));
     }
   }
   while (level.size() > 1) {
     std::vector<Tensor> next;
-    for (std::size_t k = 0; k + 1 < level.size(); k += 2) {
+    for (std::size_t i = 0; i + 1 < level.size(); i += 2) {
       Tensor s = Tensor::allocate_uninitialized(DType::kFloat32, Shape{kDim, kDim}).value();
-      flat<float>(s) = flat<float>(level[k]) + flat<float>(level[k + 1]);
+      k.binary(cpu::BinaryOp::kAdd, cpu::Operands::kBothVectors, level[i].flat<float>().data(),
+               level[i + 1].flat<float>().data(), s.flat<float>().data(), kDim * kDim);
       next.push_back(std::move(s));
     }
     level = std::move(next);
@@ -200,28 +196,6 @@ void BM_MatMul64_Sequential(benchmark::State& state) {
   set_counters(state);
 }
 BENCHMARK(BM_MatMul64_Sequential)->UseRealTime()->Unit(benchmark::kMillisecond)->MinTime(1.0);
-
-// Diagnostic: the sequential loop with each product split into the row
-// chunks MatMulOp hands to parallel_for (kChunkMacs / (n * k) = 2 rows for
-// 256x256x256): the cost of the split itself, with no threads involved.
-void BM_MatMul64_SequentialRowChunks(benchmark::State& state) {
-  const MatMulGraph& mg = matmul_graph();
-  constexpr int64_t kChunkMacs = int64_t{32} * 64 * 64;  // as ops/math/matmul_op.cc
-  const int64_t rows = std::max<int64_t>(1, kChunkMacs / (kDim * kDim));
-  Tensor out;
-  for (auto _ : state) {
-    out = sequential_sum(mg, rows);
-    benchmark::DoNotOptimize(out);
-  }
-  check_result(state, out);
-  state.counters["threads"] = 1;
-  state.counters["row_chunk"] = static_cast<double>(rows);
-  set_counters(state);
-}
-BENCHMARK(BM_MatMul64_SequentialRowChunks)
-    ->UseRealTime()
-    ->Unit(benchmark::kMillisecond)
-    ->MinTime(1.0);
 
 }  // namespace
 }  // namespace graphrun::bench
