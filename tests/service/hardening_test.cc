@@ -29,6 +29,7 @@ namespace {
 
 using ::graphrun::testing::byte_buffer;
 using ::graphrun::testing::kServerBinary;
+using ::graphrun::testing::kSlowDim;
 using ::graphrun::testing::ServerProcess;
 using ::graphrun::testing::slice_bytes;
 using ::graphrun::testing::slow_partial_graph_def;
@@ -322,7 +323,7 @@ TEST_F(ServerHardeningTest, CancelledPartialRunCallLetsGoOfItsHandle) {
           context.TryCancel();
         });
         const grpc::Status slow =
-            call("x", Tensor::filled(Shape{256, 256}, 0.001f), "slow", context);
+            call("x", Tensor::filled(Shape{kSlowDim, kSlowDim}, 0.001f), "slow", context);
         canceller.join();
         if (slow.error_code() != grpc::StatusCode::CANCELLED) {
           answers[c] = grpc::Status(grpc::StatusCode::INTERNAL,
@@ -331,7 +332,7 @@ TEST_F(ServerHardeningTest, CancelledPartialRunCallLetsGoOfItsHandle) {
         }
       }
       grpc::ClientContext context;
-      answers[c] = call("x", Tensor::filled(Shape{256, 256}, 0.001f), "slow", context);
+      answers[c] = call("x", Tensor::filled(Shape{kSlowDim, kSlowDim}, 0.001f), "slow", context);
     });
   }
   for (std::thread& t : clients) t.join();

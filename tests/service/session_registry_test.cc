@@ -17,6 +17,7 @@ namespace graphrun {
 namespace {
 
 using ::graphrun::testing::IsOk;
+using ::graphrun::testing::kSlowDim;
 using ::graphrun::testing::IsOkAndHolds;
 using ::graphrun::testing::StatusIs;
 using ::graphrun::testing::TensorEq;
@@ -250,7 +251,7 @@ TEST(SessionRegistryTest, CallsOnOnePartialRunTakeTurns) {
   Result<std::vector<Tensor>> slow = internal_error("not run");
   std::thread first([&] {
     slow =
-        registry.partial_run(s, pr, {{"x", Tensor::filled(Shape{256, 256}, 0.001f)}}, {"slow"}, {});
+        registry.partial_run(s, pr, {{"x", Tensor::filled(Shape{kSlowDim, kSlowDim}, 0.001f)}}, {"slow"}, {});
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let it take its turn
   RunOptions hurried;

@@ -1,8 +1,9 @@
 // A graph whose run outlasts the tests that stop a step (deadline, client
-// cancel, stop token, shutdown): a chain of `products` 256x256 MatMuls ending
-// in "slow". Each product is ~1 ms optimised (far more in Debug or under a
-// sanitizer), so a step stops within about that of being told to, and 2000
-// products take seconds. (Import and planning grow faster than linearly
+// cancel, stop token, shutdown): a chain of `products` kSlowDim x kSlowDim
+// MatMuls ending in "slow". Each product is ~1 ms optimised on one core at
+// AVX-512 (0.5 ms on two; far more at the baseline level, in Debug or
+// under a sanitizer), so a step stops within about that of being told to,
+// and 2000 products take seconds. (Import and planning grow faster than linearly
 // with the chain: 20 000 products cost ~20 s before the first one ran.)
 #pragma once
 
@@ -11,9 +12,11 @@
 
 namespace graphrun::testing {
 
+inline constexpr int64_t kSlowDim = 512;
+
 inline Graph slow_graph(int products = 2000) {
   Graph g;
-  Output m = ops::Const(g, Tensor::filled(Shape{256, 256}, 0.001f), "m");
+  Output m = ops::Const(g, Tensor::filled(Shape{kSlowDim, kSlowDim}, 0.001f), "m");
   for (int i = 0; i < products; ++i) m = ops::MatMul(g, m, m);
   ops::Identity(g, m, "slow");
   return g;
@@ -24,13 +27,13 @@ inline v1::GraphDef slow_graph_def(int products = 2000) {
 }
 
 // A partial-run graph with a quick fetch and a slow one: "a" feeds "a2"
-// (Identity), and "x" ([256,256] float) feeds a chain of `products`
+// (Identity), and "x" ([kSlowDim, kSlowDim] float) feeds a chain of `products`
 // MatMuls ending in "slow". Declare feeds {a, x} and fetches {a2, slow}.
 inline v1::GraphDef slow_partial_graph_def(int products) {
   Graph g;
   Output a = ops::Placeholder(g, DType::kFloat32, Shape{}, "a");
   ops::Identity(g, a, "a2");
-  Output m = ops::Placeholder(g, DType::kFloat32, Shape{256, 256}, "x");
+  Output m = ops::Placeholder(g, DType::kFloat32, Shape{kSlowDim, kSlowDim}, "x");
   for (int i = 0; i < products; ++i) m = ops::MatMul(g, m, m);
   ops::Identity(g, m, "slow");
   return graph_to_graph_def(g).value();
