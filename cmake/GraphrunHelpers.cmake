@@ -48,6 +48,24 @@ function(graphrun_add_test)
   set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${props}")
 endfunction()
 
+# graphrun_add_isa_runs(TARGET <test binary> [LABELS <labels...>])
+# The whole binary once more per instruction-set level (GRAPHRUN_CPU_ISA_LEVELS,
+# from GraphrunCpuIsa.cmake), as ctest entries <TARGET>.isa_<level> run
+# with GRAPHRUN_CPU_ISA=<level> and the label isa. A level this CPU lacks
+# is skipped (tests/testing/run_at_cpu_isa.sh exits 77). Meant for fast
+# binaries: each entry runs every test of TARGET in one process.
+function(graphrun_add_isa_runs)
+  cmake_parse_arguments(ARG "" "TARGET" "LABELS" ${ARGN})
+  set(labels isa ${ARG_LABELS})
+  foreach(level IN LISTS GRAPHRUN_CPU_ISA_LEVELS)
+    set(name ${ARG_TARGET}.isa_${level})
+    add_test(NAME ${name} COMMAND sh ${PROJECT_SOURCE_DIR}/tests/testing/run_at_cpu_isa.sh
+             $<TARGET_FILE:${ARG_TARGET}> --gtest_brief=1)
+    set_tests_properties(${name} PROPERTIES ENVIRONMENT GRAPHRUN_CPU_ISA=${level}
+                         LABELS "${labels}" SKIP_RETURN_CODE 77 TIMEOUT 300)
+  endforeach()
+endfunction()
+
 # graphrun_add_bench(NAME <name> SOURCES <files...> [DEPS <targets...>])
 function(graphrun_add_bench)
   cmake_parse_arguments(ARG "" "NAME" "SOURCES;DEPS" ${ARGN})
