@@ -211,7 +211,14 @@ void unary(UnaryOp op, const T* x, T* y, int64_t n) {
         for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(x[i]);
         return;
       case UnaryOp::kExp: out = in.exp(); return;
-      case UnaryOp::kLog: out = in.log(); return;
+      case UnaryOp::kLog:
+        out = in.log();
+        // Eigen's vector log raises subnormal inputs to the smallest normal
+        // number (its scalar tail does not): those lanes get std::log.
+        for (int64_t i = 0; i < n; ++i) {
+          if (x[i] > T{0} && x[i] < std::numeric_limits<T>::min()) y[i] = std::log(x[i]);
+        }
+        return;
       case UnaryOp::kTanh: out = in.tanh(); return;
       case UnaryOp::kSigmoid: out = in.logistic(); return;  // stable for large |x|
     }
