@@ -102,7 +102,7 @@ bool env_is(std::string_view value) {
 }
 
 // ctest entry api_test.cpu_isa_env_sse9.
-TEST(CpuIsaEnvTest, UnknownLevelFailsSessionCreate) {
+TEST(CpuIsaEnvTest, UnknownLevelFailsSessionCreateOnlyUnderGraphrunCpuIsaSse9) {
   if (!env_is("sse9")) GTEST_SKIP() << "needs GRAPHRUN_CPU_ISA=sse9 (ctest sets it)";
   Graph g;
   ops::Const(g, Tensor::vector<float>({1, 2}), "c");
@@ -115,7 +115,7 @@ TEST(CpuIsaEnvTest, UnknownLevelFailsSessionCreate) {
 }
 
 // ctest entry api_test.cpu_isa_env_baseline.
-TEST(CpuIsaEnvTest, BaselineRunsMatMul) {
+TEST(CpuIsaEnvTest, BaselineRunsMatMulOnlyUnderGraphrunCpuIsaBaseline) {
   if (!env_is("baseline")) GTEST_SKIP() << "needs GRAPHRUN_CPU_ISA=baseline (ctest sets it)";
   EXPECT_TRUE(cpu_isa_status().is_ok()) << cpu_isa_status().to_string();
   EXPECT_EQ(cpu_isa(), CpuIsa::kBaseline);

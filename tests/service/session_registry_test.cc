@@ -17,8 +17,8 @@ namespace graphrun {
 namespace {
 
 using ::graphrun::testing::IsOk;
-using ::graphrun::testing::kSlowDim;
 using ::graphrun::testing::IsOkAndHolds;
+using ::graphrun::testing::kSlowDim;
 using ::graphrun::testing::StatusIs;
 using ::graphrun::testing::TensorEq;
 using ::testing::ElementsAre;
@@ -250,8 +250,8 @@ TEST(SessionRegistryTest, CallsOnOnePartialRunTakeTurns) {
   const std::string pr = registry.partial_run_setup(s, {"a", "x"}, {"a2", "slow"}, {}).value();
   Result<std::vector<Tensor>> slow = internal_error("not run");
   std::thread first([&] {
-    slow =
-        registry.partial_run(s, pr, {{"x", Tensor::filled(Shape{kSlowDim, kSlowDim}, 0.001f)}}, {"slow"}, {});
+    slow = registry.partial_run(s, pr, {{"x", Tensor::filled(Shape{kSlowDim, kSlowDim}, 0.001f)}},
+                                {"slow"}, {});
   });
   std::this_thread::sleep_for(std::chrono::milliseconds(50));  // let it take its turn
   RunOptions hurried;

@@ -97,7 +97,7 @@ TEST_F(CliTest, RunWithAnInvalidLevelExits1NamingIt) {
   EXPECT_THAT(o.err, HasSubstr("session: "));
 }
 
-TEST_F(CliTest, RunAtALevelAboveTheCpuExits1) {
+TEST_F(CliTest, RunAtALevelAboveTheCpuExits1SkippedOnAnAvx512Cpu) {
   if (cpu_isa_supported() == CpuIsa::kAvx512) GTEST_SKIP() << "this CPU has every level";
   const auto o = run_with_env("GRAPHRUN_CPU_ISA=avx512",
                               {"run", kTf + "/const_sum_axis1.pbtxt", "--fetch", "Sum"});

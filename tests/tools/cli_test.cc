@@ -130,6 +130,8 @@ std::map<std::string, TraceEvent> check_trace(const std::filesystem::path& path,
   std::map<int, std::string> thread_names;
   const auto& list = root.fields().at("traceEvents").list_value();
   EXPECT_GT(list.values_size(), 0);
+  EXPECT_EQ(root.fields().at("otherData").struct_value().fields().at("cpu_isa").string_value(),
+            cpu_isa_name(cpu_isa()));
   for (const auto& v : list.values()) {
     const auto& f = v.struct_value().fields();
     const std::string ph = f.at("ph").string_value();

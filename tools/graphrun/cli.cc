@@ -452,7 +452,9 @@ std::string chrome_trace_json(std::span<const TracedCall> calls, std::string_vie
           s.output_bytes, step);
     }
   }
-  out += "\n]}\n";
+  // The kernels' instruction-set level, in the format's free-form field.
+  out += fmt::format("\n], \"otherData\": {{\"cpu_isa\": {}}}}}\n",
+                     json_escape(cpu_isa_name(cpu_isa())));
   return out;
 }
 
