@@ -29,6 +29,12 @@ set(_graphrun_isa_enum_baseline kBaseline)
 set(_graphrun_isa_enum_avx2 kAvx2)
 set(_graphrun_isa_enum_avx512 kAvx512)
 set(_graphrun_isa_script ${CMAKE_CURRENT_LIST_DIR}/GraphrunIsolateObjects.cmake)
+# GNU binutils for the isolation, whatever the compiler: lld has no
+# --force-group-allocation. (Debian's g++ and clang both come with them.)
+find_program(GRAPHRUN_ISA_LD NAMES ld.bfd ld REQUIRED)
+find_program(GRAPHRUN_ISA_NM NAMES nm REQUIRED)
+find_program(GRAPHRUN_ISA_OBJCOPY NAMES objcopy REQUIRED)
+find_program(GRAPHRUN_ISA_READELF NAMES readelf REQUIRED)
 
 function(graphrun_add_isa_objects)
   cmake_parse_arguments(ARG "" "TARGET" "SOURCES" ${ARGN})
@@ -48,8 +54,8 @@ function(graphrun_add_isa_objects)
     set_target_properties(${objects} PROPERTIES POSITION_INDEPENDENT_CODE ON)
     set(out ${CMAKE_CURRENT_BINARY_DIR}/${objects}.o)
     add_custom_command(OUTPUT ${out}
-      COMMAND ${CMAKE_COMMAND} -DLINKER=${CMAKE_LINKER} -DNM=${CMAKE_NM}
-              -DOBJCOPY=${CMAKE_OBJCOPY} -DREADELF=${CMAKE_READELF} -DLEVEL=${level}
+      COMMAND ${CMAKE_COMMAND} -DLINKER=${GRAPHRUN_ISA_LD} -DNM=${GRAPHRUN_ISA_NM}
+              -DOBJCOPY=${GRAPHRUN_ISA_OBJCOPY} -DREADELF=${GRAPHRUN_ISA_READELF} -DLEVEL=${level}
               -DOUTPUT=${out}
               "-DOBJECTS=$<JOIN:$<TARGET_OBJECTS:${objects}>,|>"
               -P ${_graphrun_isa_script}

@@ -47,8 +47,9 @@ Status visit_float(DType dtype, Fn&& fn) {
   }
 }
 
-// Integer arithmetic wraps around (two's complement) instead of being
-// undefined on overflow, as TensorFlow's kernels do in practice.
+// Integer addition wraps around (two's complement) instead of being
+// undefined on overflow, as TensorFlow's kernels do in practice (the
+// level kernels of ops/cpu wrap the same way).
 template <typename T>
 T wrapping_add(T a, T b) {
   if constexpr (std::is_integral_v<T>) {
@@ -58,48 +59,6 @@ T wrapping_add(T a, T b) {
     return a + b;
   }
 }
-template <typename T>
-T wrapping_sub(T a, T b) {
-  if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(a) - static_cast<U>(b));
-  } else {
-    return a - b;
-  }
-}
-template <typename T>
-T wrapping_mul(T a, T b) {
-  if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(static_cast<U>(a) * static_cast<U>(b));
-  } else {
-    return a * b;
-  }
-}
-template <typename T>
-T wrapping_neg(T a) {
-  if constexpr (std::is_integral_v<T>) {
-    using U = std::make_unsigned_t<T>;
-    return static_cast<T>(U{0} - static_cast<U>(a));
-  } else {
-    return -a;
-  }
-}
-
-// The type to compute T in so that integer overflow wraps: the unsigned
-// twin of a signed integer (same bits, defined overflow), else T.
-template <typename T>
-struct WrappingType {
-  using type = T;
-};
-template <>
-struct WrappingType<int32_t> {
-  using type = uint32_t;
-};
-template <>
-struct WrappingType<int64_t> {
-  using type = uint64_t;
-};
 
 // Adds one node and returns its output 0, or an invalid Output when
 // add_node failed (the graph has recorded the error).

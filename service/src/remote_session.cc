@@ -86,6 +86,7 @@ Result<std::vector<Tensor>> decode_response(const v1::RunResponse& response, int
     out.push_back(std::move(value).value());
   }
   if (trace && metadata != nullptr) {
+    metadata->cpu_isa = response.metadata().cpu_isa();
     for (const v1::NodeExecStats& proto : response.metadata().step_stats().node_stats()) {
       NodeExecStats stats;
       stats.node = proto.node();

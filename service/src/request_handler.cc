@@ -121,6 +121,7 @@ void encode_response(const std::vector<std::string>& fetches, const std::vector<
     *out->mutable_tensor() = tensor_to_proto(values[i]);
   }
   if (!trace) return;
+  response.mutable_metadata()->set_cpu_isa(metadata.cpu_isa);
   v1::StepStats* stats = response.mutable_metadata()->mutable_step_stats();
   for (const NodeExecStats& node : metadata.step_stats) {
     v1::NodeExecStats* out = stats->add_node_stats();

@@ -141,6 +141,7 @@ TYPED_TEST(ConformanceTest, RunsByNameAndByOutput) {
   options.trace = true;
   RunMetadata metadata;
   ASSERT_THAT(s->run({{"x", Tensor{1.0f, 2.0f}}}, {"z"}, {}, options, &metadata), IsOk());
+  EXPECT_EQ(metadata.cpu_isa, cpu_isa_name(cpu_isa()));
   bool saw_z = false;
   for (const NodeExecStats& node : metadata.step_stats) {
     if (node.node != "z") continue;
