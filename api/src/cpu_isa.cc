@@ -42,6 +42,7 @@ CpuIsa detect() {
 namespace {
 
 struct Choice {
+  CpuIsa supported;
   CpuIsa isa;
   Status status;
 };
@@ -53,8 +54,8 @@ const Choice& choice() {
     std::optional<std::string_view> requested;
     if (env != nullptr) requested = std::string_view(env);
     Result<CpuIsa> r = choose(requested, supported);
-    if (!r.is_ok()) return Choice{supported, r.status()};
-    return Choice{*r, Status::ok()};
+    if (!r.is_ok()) return Choice{supported, supported, r.status()};
+    return Choice{supported, *r, Status::ok()};
   }();
   return c;
 }
@@ -72,10 +73,7 @@ std::string_view cpu_isa_name(CpuIsa isa) {
 }
 
 CpuIsa cpu_isa() { return cpu_isa_internal::choice().isa; }
-CpuIsa cpu_isa_supported() {
-  static const CpuIsa s = cpu_isa_internal::detect();
-  return s;
-}
+CpuIsa cpu_isa_supported() { return cpu_isa_internal::choice().supported; }
 const Status& cpu_isa_status() { return cpu_isa_internal::choice().status; }
 
 }  // namespace graphrun

@@ -22,7 +22,8 @@ enum class Activation : uint8_t { kNone, kRelu, kSigmoid, kTanh };
 // One block of C = op(A) op(B) (+ bias, then activation): the rows
 // [row_begin, row_end) and columns [col_begin, col_end) of C. Matrices are
 // row-major with leading dimensions (elements between rows); op(X) is X's
-// transpose when its flag is set. k >= 1. Integer products wrap.
+// transpose when its flag is set. k = 0 gives zeros (then the epilogue).
+// Integer products wrap.
 template <typename T>
 struct GemmArgs {
   const T* a = nullptr;  // [m, k], or [k, m] when transpose_a

@@ -98,37 +98,37 @@ class MatMulOp final : public OpKernel {
   // MatMul, then an Add of a [n] bias (either operand order), then Relu,
   // Sigmoid or Tanh; or MatMul then one of those. float32 and float64.
   std::unique_ptr<OpKernel> fuse(std::span<const Node* const> chain) const override {
-    if (!epilogue_.bias && epilogue_.activation == cpu::Activation::kNone && !chain.empty()) {
-      const DType dtype = node_.output_dtype(0);
-      const Shape& product = node_.output_shape(0);
-      if (dtype != DType::kFloat32 && dtype != DType::kFloat64) return nullptr;
-      Epilogue e;
-      std::size_t i = 0;
-      const Node& first = *chain[0];
-      if ((is_builtin(first, "Add") || is_builtin(first, "AddV2")) && first.num_inputs() == 2) {
-        const int other = first.input(0).node() == &node_ ? 1 : 0;
-        const Output& bias = first.input(other);
-        // The bias must be one value per column, known at build, so that
-        // the Add's broadcast is exactly the epilogue's.
-        if (product.is_unknown_rank() || product.rank() != 2 || product.dim(1) < 0 ||
-            bias.dtype() != dtype || bias.shape().is_unknown_rank() || bias.shape().rank() != 1 ||
-            bias.shape().dim(0) != product.dim(1)) {
-          return nullptr;
-        }
-        e.bias = true;
-        ++i;
-      }
-      if (i < chain.size()) {
-        e.activation = activation_of(*chain[i]);
-        if (e.activation == cpu::Activation::kNone) return nullptr;
-        ++i;
-      }
-      if (i != chain.size()) return nullptr;
-      std::string names = fmt::format("MatMul '{}'", node_.name());
-      for (const Node* n : chain) names += fmt::format(" + {} '{}'", n->op(), n->name());
-      return std::make_unique<MatMulOp>(node_, transpose_a_, transpose_b_, e, std::move(names));
+    const bool already_fused = epilogue_.bias || epilogue_.activation != cpu::Activation::kNone;
+    const DType dtype = node_.output_dtype(0);
+    if (already_fused || chain.empty() || (dtype != DType::kFloat32 && dtype != DType::kFloat64)) {
+      return nullptr;
     }
-    return nullptr;
+    const Shape& product = node_.output_shape(0);
+    Epilogue e;
+    std::size_t i = 0;
+    const Node& first = *chain[0];
+    if ((is_builtin(first, "Add") || is_builtin(first, "AddV2")) && first.num_inputs() == 2) {
+      const int other = first.input(0).node() == &node_ ? 1 : 0;
+      const Output& bias = first.input(other);
+      // The bias must be one value per column, known at build, so that the
+      // Add's broadcast is exactly the epilogue's.
+      if (product.is_unknown_rank() || product.rank() != 2 || product.dim(1) < 0 ||
+          bias.dtype() != dtype || bias.shape().is_unknown_rank() || bias.shape().rank() != 1 ||
+          bias.shape().dim(0) != product.dim(1)) {
+        return nullptr;
+      }
+      e.bias = true;
+      ++i;
+    }
+    if (i < chain.size()) {
+      e.activation = activation_of(*chain[i]);
+      if (e.activation == cpu::Activation::kNone) return nullptr;
+      ++i;
+    }
+    if (i != chain.size()) return nullptr;
+    std::string names = fmt::format("MatMul '{}'", node_.name());
+    for (const Node* n : chain) names += fmt::format(" + {} '{}'", n->op(), n->name());
+    return std::make_unique<MatMulOp>(node_, transpose_a_, transpose_b_, e, std::move(names));
   }
 
  private:
@@ -172,16 +172,6 @@ class MatMulOp final : public OpKernel {
     }
     GRAPHRUN_ASSIGN_OR_RETURN(Tensor * out, ctx.allocate_output_uninitialized(0, Shape{m, n}));
     if (m == 0 || n == 0) return Status::ok();
-    if (k == 0) {
-      // Zeros through the epilogue: the fused kernel's answer must be the
-      // unfused nodes' (bias, activation of 0).
-      const std::span<T> z = out->flat<T>();
-      std::fill(z.begin(), z.end(), T{0});
-      if constexpr (std::is_floating_point_v<T>) {
-        apply_epilogue_only<T>(out->flat<T>().data(), bias, m, n);
-      }
-      return Status::ok();
-    }
     cpu::GemmArgs<T> g;
     g.a = a.flat<T>().data();
     g.lda = a.shape().dim(1);
@@ -196,27 +186,10 @@ class MatMulOp final : public OpKernel {
     g.k = k;
     g.bias = bias != nullptr ? bias->flat<T>().data() : nullptr;
     g.activation = epilogue_.activation;
+    // With k = 0 the product is zeros, then the epilogue (as the unfused
+    // nodes would compute).
     parallel_gemm(ctx, g);
     return Status::ok();
-  }
-
-  // c (zeros) + bias, then the activation, for a product with k = 0.
-  template <typename T>
-  void apply_epilogue_only(T* c, const Tensor* bias, int64_t m, int64_t n) const {
-    for (int64_t r = 0; r < m; ++r) {
-      T* row = c + r * n;
-      if (bias != nullptr) {
-        const T* bv = bias->flat<T>().data();
-        for (int64_t j = 0; j < n; ++j) row[j] += bv[j];
-      }
-      const cpu::UnaryFn<T> unary = cpu::kernels().typed<T>().unary;
-      switch (epilogue_.activation) {
-        case cpu::Activation::kNone: break;
-        case cpu::Activation::kRelu: unary(cpu::UnaryOp::kRelu, row, row, n); break;
-        case cpu::Activation::kSigmoid: unary(cpu::UnaryOp::kSigmoid, row, row, n); break;
-        case cpu::Activation::kTanh: unary(cpu::UnaryOp::kTanh, row, row, n); break;
-      }
-    }
   }
 
   const Node& node_;
