@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "scheduler/executor.h"
+#include "scheduler/session_impl.h"
 
 namespace graphrun::sched {
 

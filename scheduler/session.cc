@@ -2,7 +2,7 @@
 // sched::SessionImpl.
 #include <graphrun/session.h>
 
-#include "scheduler/executor.h"
+#include "scheduler/session_impl.h"
 #include "scheduler/partial_run.h"
 
 namespace graphrun {

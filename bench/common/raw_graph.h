@@ -56,7 +56,7 @@ inline void check_ok(const Status& s, const char* what) {
   }
 }
 
-// The intra-op runtime a Session installs (scheduler/executor.cc): a
+// The intra-op runtime a Session installs (scheduler/session_impl.cc): a
 // tbb::parallel_for in the calling arena.
 inline void tbb_parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn) {
   tbb::parallel_for(

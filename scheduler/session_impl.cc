@@ -1,4 +1,4 @@
-#include "scheduler/executor.h"
+#include "scheduler/session_impl.h"
 
 #include <pthread.h>
 #include <sys/random.h>
