@@ -39,9 +39,8 @@ FlowInstance::FlowInstance(const Plan& plan, const KernelRuntime& runtime) : sta
   RunState* state = &state_;
   senders_.reserve(n);
   receivers_.reserve(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    const Body body{state, static_cast<int32_t>(i)};
-    if (plan.nodes[i].lightweight) {
+  auto add_node = [&](auto body, bool lightweight) {
+    if (lightweight) {
       LightNode& node = light_nodes_.emplace_back(graph_, body);
       senders_.push_back(&node);
       receivers_.push_back(&node);
@@ -49,6 +48,16 @@ FlowInstance::FlowInstance(const Plan& plan, const KernelRuntime& runtime) : sta
       Node& node = nodes_.emplace_back(graph_, body);
       senders_.push_back(&node);
       receivers_.push_back(&node);
+    }
+  };
+  for (std::size_t i = 0; i < n; ++i) {
+    const NodeItem& item = plan.nodes[i];
+    const auto index = static_cast<int32_t>(i);
+    if (!plan.partial && item.succ_begin == item.succ_end) {
+      ++num_leaves_;
+      add_node(LeafBody{this, index}, item.lightweight);
+    } else {
+      add_node(Body{state, index}, item.lightweight);
     }
   }
   for (std::size_t i = 0; i < n; ++i) {
@@ -132,8 +141,17 @@ void FlowInstance::run() {
     for (int32_t i = 0; i < n; ++i) state_.execute(i);
     return;
   }
+  completion_ = nullptr;  // a blocking run waits for the graph instead
   for (tbb::flow::receiver<continue_msg>* root : roots_) root->try_put(continue_msg());
   graph_.wait_for_all();
+}
+
+void FlowInstance::start(Completion done, void* arg) {
+  GRAPHRUN_DCHECK(num_leaves_ > 0);
+  completion_ = done;
+  completion_arg_ = arg;
+  pending_leaves_.store(num_leaves_, std::memory_order_relaxed);  // published by the try_puts
+  for (tbb::flow::receiver<continue_msg>* root : roots_) root->try_put(continue_msg());
 }
 
 void FlowInstance::start_roots() {

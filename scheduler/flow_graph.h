@@ -13,6 +13,7 @@
 #include <oneapi/tbb/task_group.h>
 
 #include <array>
+#include <atomic>
 #include <deque>
 #include <memory>
 #include <vector>
@@ -38,6 +39,16 @@ class FlowInstance {
   // Plan::run_inline plan (no flow-graph nodes), runs the nodes in order on
   // the calling thread, which need not be inside the arena.
   void run();
+
+  // Asynchronous full runs (a plan with nodes, neither run_inline nor
+  // partial): triggers the roots and returns at once; `done(arg)` runs
+  // once, on the thread that finished the step's last node, from inside
+  // that node's body: it must not wait for the graph nor reuse the
+  // instance. A task of its own then calls wait_quiet() (which returns as
+  // soon as that body's task has ended) before the instance is reused or
+  // destroyed. Call inside the arena.
+  using Completion = void (*)(void*);
+  void start(Completion done, void* arg);
 
   // Partial runs (plans with Plan::partial): trigger the roots that need no
   // feed without waiting; put feed `f`'s entry node (its readers may then
@@ -67,10 +78,33 @@ class FlowInstance {
       return Msg();
     }
   };
+  // A node with no successor (full plans): reports its end to start()'s
+  // completion. Every plan node runs exactly once per step, skipped or not,
+  // and each is an ancestor of a leaf: the last leaf to end ends the step.
+  struct LeafBody {
+    FlowInstance* instance;
+    int32_t index;
+    Msg operator()(const Msg&) const {
+      instance->state_.execute(index);
+      instance->leaf_done();
+      return Msg();
+    }
+  };
+  void leaf_done() {
+    // acq_rel: the last leaf sees every other leaf's writes (their slots).
+    if (completion_ != nullptr && pending_leaves_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      completion_(completion_arg_);
+    }
+  }
   // Inline partial runs: runs ready_ (and what they make ready) to the end.
   void run_ready();
 
   RunState state_;
+  // Asynchronous full runs: leaves still running, and what the last calls.
+  int32_t num_leaves_ = 0;
+  std::atomic<int32_t> pending_leaves_{0};
+  Completion completion_ = nullptr;
+  void* completion_arg_ = nullptr;
   // Inline partial runs: per node, predecessors and feeds still missing;
   // per node, its sinks (fetch k, or fetches + t for target t), as ranges
   // into inline_sinks_; nodes ready to run.

@@ -1,11 +1,14 @@
-// Permits: a counting semaphore whose release makes no system call unless
-// a thread is waiting, and whose waits give up at a deadline, a stop
-// request or a closed flag.
+// Permits: the pool's count of steps allowed to run at once, and the FIFO
+// of calls waiting for one. A blocking caller sleeps in the queue; an
+// asynchronous call leaves an entry (an AsyncPermitWaiter) and no thread:
+// a release hands the freed permit to the queue's head, and a queued entry
+// may leave the queue at its deadline, stop request or session close.
 //
-// libstdc++ 12's std::counting_semaphore wakes through a futex every time
-// the count rises from zero, waiter or not: with as many callers as permits
-// (2 on 2 cores, the common case) that was a futex syscall on about every
-// other run, measured as a third of Session::run's cost at 2 threads.
+// A release makes no system call unless something is queued: libstdc++
+// 12's std::counting_semaphore wakes through a futex every time the count
+// rises from zero, waiter or not; with as many callers as permits (2 on 2
+// cores, the common case) that was a futex syscall on about every other
+// run, measured as a third of Session::run's cost at 2 threads.
 #pragma once
 
 #include <atomic>
@@ -14,6 +17,7 @@
 #include <mutex>
 #include <optional>
 #include <stop_token>
+#include <vector>
 
 namespace graphrun::sched {
 
@@ -24,8 +28,43 @@ struct WaitLimits {
   const std::atomic<bool>* closed = nullptr;  // true ends the wait; see wake_all()
 };
 
-// Thread safety: thread-safe. Not FIFO: a releasing thread's next acquire
-// can win over a sleeping waiter.
+// One queued call. Linked into Permits' queue while it waits (guarded by
+// the Permits' lock).
+class PermitWaiter {
+ protected:
+  PermitWaiter() = default;
+  ~PermitWaiter() = default;
+
+ private:
+  friend class Permits;
+  PermitWaiter* prev_ = nullptr;
+  PermitWaiter* next_ = nullptr;
+  bool queued_ = false;
+  // Blocking waiters: woken on grant, and to re-check their limits.
+  std::condition_variable* cv_ = nullptr;
+  bool granted_ = false;
+  // Asynchronous waiters: the closed flag close_queued() matches.
+  const std::atomic<bool>* closed_ = nullptr;
+};
+
+// An asynchronous call waiting for a permit.
+class AsyncPermitWaiter : public PermitWaiter {
+ public:
+  // The call got a permit (it now holds it). Called once, on the thread
+  // that released the permit, without any lock of the Permits held.
+  virtual void on_granted() = 0;
+  // The call's session closed while it was queued: close_queued() took it
+  // out of the queue. Called once, on the closing thread, without a lock.
+  virtual void on_closed() = 0;
+
+ protected:
+  AsyncPermitWaiter() = default;
+  ~AsyncPermitWaiter() = default;
+};
+
+// Thread safety: thread-safe. FIFO among queued calls; a call arriving
+// while a permit is free takes it (it may pass a queued call only in the
+// instant between a release and the hand-over).
 class Permits {
  public:
   enum class Outcome { kAcquired, kDeadline, kStopped, kClosed };
@@ -42,22 +81,64 @@ class Permits {
     return acquire_slow(limits);
   }
 
-  void release() {
-    available_.fetch_add(1, std::memory_order_seq_cst);
-    if (waiters_.load(std::memory_order_seq_cst) > 0) {
-      // Under mu_: a waiter between its check and its sleep holds mu_, so
-      // the notification cannot fall between the two.
-      const std::lock_guard lock(mu_);
-      cv_.notify_one();
+  // Takes a permit now (true) or queues `waiter` (false): its on_granted()
+  // runs when a permit is handed to it, unless remove() or close_queued()
+  // takes it out of the queue first. `closed` is the flag close_queued()
+  // matches.
+  bool acquire_or_queue(AsyncPermitWaiter* waiter, const std::atomic<bool>* closed) {
+    if (try_acquire()) return true;
+    std::unique_lock lock(mu_);
+    waiter->closed_ = closed;
+    push(waiter);
+    // seq_cst, after the push is published (see release()).
+    if (available_.load(std::memory_order_seq_cst) > 0 && try_acquire()) {
+      unlink(waiter);
+      return true;
     }
+    return false;
   }
 
-  // Wakes every waiter to re-check its limits (a session's closed flag
-  // was set).
-  void wake_all() {
-    if (waiters_.load(std::memory_order_seq_cst) == 0) return;
+  // Takes `waiter` out of the queue: true if it was still queued (it will
+  // not be granted), false if a permit was handed to it already.
+  bool remove(AsyncPermitWaiter* waiter) {
     const std::lock_guard lock(mu_);
-    cv_.notify_all();
+    if (!waiter->queued_) return false;
+    unlink(waiter);
+    return true;
+  }
+
+  // Takes every queued asynchronous waiter whose closed flag is `closed`
+  // out of the queue and returns them (a session closing).
+  std::vector<AsyncPermitWaiter*> close_queued(const std::atomic<bool>* closed) {
+    std::vector<AsyncPermitWaiter*> taken;
+    const std::lock_guard lock(mu_);
+    for (PermitWaiter* w = head_; w != nullptr;) {
+      PermitWaiter* const next = w->next_;
+      if (w->cv_ == nullptr && w->closed_ == closed) {
+        unlink(w);
+        taken.push_back(static_cast<AsyncPermitWaiter*>(w));
+      }
+      w = next;
+    }
+    return taken;
+  }
+
+  void release() {
+    available_.fetch_add(1, std::memory_order_seq_cst);
+    // seq_cst: a waiter publishes its entry (queued_count_), then re-reads
+    // available_; this side publishes the permit, then reads the count
+    // (Dekker): one of the two sees the other.
+    if (queued_count_.load(std::memory_order_seq_cst) > 0) hand_over();
+  }
+
+  // Wakes every blocking waiter to re-check its limits (a session's closed
+  // flag was set).
+  void wake_all() {
+    if (queued_count_.load(std::memory_order_seq_cst) == 0) return;
+    const std::lock_guard lock(mu_);
+    for (PermitWaiter* w = head_; w != nullptr; w = w->next_) {
+      if (w->cv_ != nullptr) w->cv_->notify_one();
+    }
   }
 
   bool try_acquire() {
@@ -72,59 +153,112 @@ class Permits {
     return false;
   }
 
+  // Calls queued now (a statistic for tests and metrics).
+  int queued() const { return queued_count_.load(std::memory_order_relaxed); }
+
  private:
+  struct SyncWaiter : PermitWaiter {};
+
+  // Wakes one blocking waiter (its stop was requested).
   struct Wake {
     Permits* permits;
+    SyncWaiter* waiter;
     void operator()() const {
       const std::lock_guard lock(permits->mu_);
-      permits->cv_.notify_all();
+      waiter->cv_->notify_one();
     }
   };
 
+  // Requires mu_.
+  void push(PermitWaiter* w) {
+    w->prev_ = tail_;
+    w->next_ = nullptr;
+    if (tail_ != nullptr) {
+      tail_->next_ = w;
+    } else {
+      head_ = w;
+    }
+    tail_ = w;
+    w->queued_ = true;
+    queued_count_.fetch_add(1, std::memory_order_seq_cst);
+  }
+  // Requires mu_.
+  void unlink(PermitWaiter* w) {
+    (w->prev_ != nullptr ? w->prev_->next_ : head_) = w->next_;
+    (w->next_ != nullptr ? w->next_->prev_ : tail_) = w->prev_;
+    w->prev_ = w->next_ = nullptr;
+    w->queued_ = false;
+    queued_count_.fetch_sub(1, std::memory_order_relaxed);
+  }
+
+  // Hands free permits to the queue's head, in order.
+  void hand_over() {
+    std::vector<AsyncPermitWaiter*> granted;
+    {
+      const std::lock_guard lock(mu_);
+      while (head_ != nullptr && try_acquire()) {
+        PermitWaiter* const w = head_;
+        unlink(w);
+        if (w->cv_ != nullptr) {
+          w->granted_ = true;
+          w->cv_->notify_one();
+        } else {
+          granted.push_back(static_cast<AsyncPermitWaiter*>(w));
+        }
+      }
+    }
+    for (AsyncPermitWaiter* w : granted) w->on_granted();
+  }
+
   Outcome acquire_slow(const WaitLimits& limits) {
+    std::condition_variable cv;
+    SyncWaiter self;
+    self.cv_ = &cv;
     // Registered before mu_ is taken: a stop already requested runs Wake
     // here, which takes mu_.
     std::optional<std::stop_callback<Wake>> on_stop;
-    if (limits.stop.stop_possible()) on_stop.emplace(limits.stop, Wake{this});
+    if (limits.stop.stop_possible()) on_stop.emplace(limits.stop, Wake{this, &self});
     Outcome outcome = Outcome::kAcquired;
-    {
-      std::unique_lock lock(mu_);
-      waiters_.fetch_add(1, std::memory_order_seq_cst);
-      // Each check re-reads available_ after waiters_ is published: a
-      // release either sees the waiter (and notifies under mu_) or made its
-      // increment visible before this read (seq_cst on both sides).
-      for (;;) {
-        if (try_acquire()) break;
-        if (limits.closed != nullptr && limits.closed->load(std::memory_order_acquire)) {
-          outcome = Outcome::kClosed;
-          break;
-        }
-        if (limits.stop.stop_requested()) {
-          outcome = Outcome::kStopped;
-          break;
-        }
-        if (!limits.deadline) {
-          cv_.wait(lock);
-        } else if (cv_.wait_until(lock, *limits.deadline) == std::cv_status::timeout) {
-          if (try_acquire()) break;
-          outcome = Outcome::kDeadline;
-          break;
-        }
+    std::unique_lock lock(mu_);
+    push(&self);
+    for (;;) {
+      if (self.granted_) break;
+      // seq_cst, after the push (see release()). A permit released before
+      // the push was published is taken here.
+      if (available_.load(std::memory_order_seq_cst) > 0 && try_acquire()) {
+        unlink(&self);
+        break;
       }
-      waiters_.fetch_sub(1, std::memory_order_relaxed);
-      // A waiter giving up may have taken the notification meant for a
-      // permit that is free now: pass it on.
-      if (outcome != Outcome::kAcquired && available_.load(std::memory_order_seq_cst) > 0) {
-        cv_.notify_one();
+      if (limits.closed != nullptr && limits.closed->load(std::memory_order_acquire)) {
+        outcome = Outcome::kClosed;
+      } else if (limits.stop.stop_requested()) {
+        outcome = Outcome::kStopped;
+      } else if (!limits.deadline) {
+        cv.wait(lock);
+        continue;
+      } else if (cv.wait_until(lock, *limits.deadline) != std::cv_status::timeout) {
+        continue;
+      } else if (self.granted_ || try_acquire()) {
+        if (self.queued_) unlink(&self);
+        break;
+      } else {
+        outcome = Outcome::kDeadline;
       }
+      unlink(&self);
+      break;
     }
+    lock.unlock();
+    // The stop callback may be running on another thread: it takes mu_ and
+    // touches `self`; the registration's destructor waits for it.
+    on_stop.reset();
     return outcome;
   }
 
   std::atomic<int> available_;
-  std::atomic<int> waiters_{0};
+  std::atomic<int> queued_count_{0};
   std::mutex mu_;
-  std::condition_variable cv_;
+  PermitWaiter* head_ = nullptr;  // guarded by mu_
+  PermitWaiter* tail_ = nullptr;  // guarded by mu_
 };
 
 }  // namespace graphrun::sched

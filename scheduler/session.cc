@@ -2,8 +2,8 @@
 // sched::SessionImpl.
 #include <graphrun/session.h>
 
-#include "scheduler/session_impl.h"
 #include "scheduler/partial_run.h"
+#include "scheduler/session_impl.h"
 
 namespace graphrun {
 
@@ -39,6 +39,33 @@ Result<std::vector<Tensor>> Session::run(const FeedList& feeds,
                                          const std::vector<TargetRef>& targets,
                                          const RunOptions& options, RunMetadata* metadata) {
   return impl_->run(feeds, fetches, targets, options, metadata);
+}
+
+void Session::run_async(const FeedList& feeds, const std::vector<TensorRef>& fetches,
+                        const std::vector<TargetRef>& targets, const RunOptions& options,
+                        RunDone done) {
+  impl_->run_async(feeds, fetches, targets, options, std::move(done));
+}
+
+namespace {
+// A done that fulfils a promise (the future-returning forms).
+std::pair<RunDone, std::future<Result<std::vector<Tensor>>>> promise_done() {
+  auto promise = std::make_shared<std::promise<Result<std::vector<Tensor>>>>();
+  std::future<Result<std::vector<Tensor>>> future = promise->get_future();
+  RunDone done = [promise](Result<std::vector<Tensor>> result, RunMetadata*) {
+    promise->set_value(std::move(result));
+  };
+  return {std::move(done), std::move(future)};
+}
+}  // namespace
+
+std::future<Result<std::vector<Tensor>>> Session::run_async(const FeedList& feeds,
+                                                            const std::vector<TensorRef>& fetches,
+                                                            const std::vector<TargetRef>& targets,
+                                                            const RunOptions& options) {
+  auto [done, future] = promise_done();
+  impl_->run_async(feeds, fetches, targets, options, std::move(done));
+  return std::move(future);
 }
 
 Result<Callable> Session::make_callable(const std::vector<TensorRef>& feeds,
@@ -122,6 +149,30 @@ Status Callable::run(std::span<const Tensor> feeds, std::span<Tensor> fetches,
                             fetches.size());
   }
   return session.execute(*impl_->entry_, feeds, fetches, options, metadata);
+}
+
+void Callable::run_async(std::vector<Tensor> feeds, RunDone done) const {
+  run_async(std::move(feeds), RunOptions{}, std::move(done));
+}
+
+void Callable::run_async(std::vector<Tensor> feeds, const RunOptions& options, RunDone done) const {
+  sched::SessionImpl& session = *impl_->session_;
+  const sched::SessionImpl::CallScope call(&session);
+  Status ok = session.check_open();
+  if (ok.is_ok()) ok = sched::SessionImpl::check_feeds(*impl_->entry_->plan, feeds);
+  if (!ok.is_ok()) {
+    if (done) done(ok, nullptr);
+    return;
+  }
+  session.execute_async(*impl_->entry_, sched::PlanLease(), impl_->entry_, std::move(feeds),
+                        options, std::move(done));
+}
+
+std::future<Result<std::vector<Tensor>>> Callable::run_async(std::vector<Tensor> feeds,
+                                                             const RunOptions& options) const {
+  auto [done, future] = promise_done();
+  run_async(std::move(feeds), options, std::move(done));
+  return std::move(future);
 }
 
 std::size_t Callable::num_feeds() const { return impl_->entry_->plan->feed_slots.size(); }

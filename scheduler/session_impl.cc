@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <sys/random.h>
 
+#include "scheduler/async_run.h"
 #include "scheduler/partial_run.h"
 
 #include <oneapi/tbb/parallel_for.h>
@@ -57,11 +58,10 @@ SessionImpl::SessionImpl(Graph graph, SessionOptions options)
 }
 
 SessionImpl::~SessionImpl() {
-  closed_.store(true);
-  // Open partial runs end now; their handles become inert.
-  for (const std::shared_ptr<PartialRun>& run : open_partial_runs()) run->detach();
+  shut(/*destroying=*/true);
   // Calls in flight on other threads see closed_ at their next node (or
-  // when their kernel polls) and return Cancelled; wait until they have.
+  // when their kernel polls) and return Cancelled; asynchronous calls
+  // count as in flight until their done has returned. Wait until they have.
   // acquire: pairs with CallScope's release, so they no longer touch us.
   while (calls_in_flight_.sum() != 0) {
     std::this_thread::sleep_for(std::chrono::microseconds(100));
@@ -141,13 +141,23 @@ Status SessionImpl::check_open() const {
   return Status::ok();
 }
 
-Status SessionImpl::close() {
+void SessionImpl::shut(bool destroying) {
   closed_.store(true, std::memory_order_release);
   // Calls waiting for a permit of the pool see the flag and return.
   pool_->impl().wake_waiters();
+  // Queued asynchronous calls of this session: done(Cancelled), here.
+  for (AsyncPermitWaiter* w : pool_->impl().permits().close_queued(&closed_)) w->on_closed();
   for (const std::shared_ptr<PartialRun>& run : open_partial_runs()) {
-    run->cancel(session_closed_status());
+    if (destroying) {
+      run->detach();  // its handle becomes inert
+    } else {
+      run->cancel(session_closed_status());
+    }
   }
+}
+
+Status SessionImpl::close() {
+  shut(/*destroying=*/false);
   return Status::ok();
 }
 
@@ -621,6 +631,44 @@ Result<std::vector<Tensor>> SessionImpl::run(const FeedList& feeds,
   std::vector<Tensor> out(fetches.size());
   GRAPHRUN_RETURN_IF_ERROR(execute(*entry, values, out, options, metadata));
   return out;
+}
+
+void SessionImpl::run_async(const FeedList& feeds, const std::vector<TensorRef>& fetches,
+                            const std::vector<TargetRef>& targets, const RunOptions& options,
+                            RunDone done) {
+  const CallScope call(this);
+  auto fail = [&](const Status& why) {
+    if (done) done(why, nullptr);
+  };
+  if (Status open = check_open(); !open.is_ok()) return fail(open);
+  Result<std::pair<Signature, PlanLease>> prepared =
+      prepare(feeds, fetches, targets, /*partial=*/false);
+  if (!prepared.is_ok()) return fail(prepared.status());
+  PlanLease& lease = prepared->second;
+  std::vector<Tensor> values;
+  values.reserve(feeds.size());
+  for (const Feed& f : feeds) values.push_back(f.value);
+  if (Status checked = check_feeds(*lease->plan, values); !checked.is_ok()) return fail(checked);
+  PlanEntry& entry = *lease;
+  execute_async(entry, std::move(lease), nullptr, std::move(values), options, std::move(done));
+}
+
+void SessionImpl::execute_async(PlanEntry& entry, PlanLease lease,
+                                std::shared_ptr<PlanEntry> shared, std::vector<Tensor> feeds,
+                                const RunOptions& options, RunDone done) {
+  PlanEntry* run_entry = &entry;
+  if (options.trace && entry.plan->fused_nodes > 0) {
+    // A trace shows every node: the unfused twin runs instead.
+    Result<PlanEntry*> twin = unfused_entry(entry);
+    if (!twin.is_ok()) {
+      if (done) done(twin.status(), nullptr);
+      return;
+    }
+    run_entry = *twin;
+  }
+  auto* run = new AsyncRun(this, run_entry, std::move(lease), std::move(shared), std::move(feeds),
+                           entry.plan->fetch_slots.size(), options, std::move(done));
+  run->start();
 }
 
 Result<Callable> SessionImpl::make_callable(const std::vector<TensorRef>& feeds,

@@ -26,6 +26,7 @@
 
 namespace graphrun::sched {
 
+class AsyncRun;
 class PartialRun;
 
 // Thread safety: thread-safe. Kernels are created once per node under
@@ -52,6 +53,13 @@ class SessionImpl {
   Result<std::vector<Tensor>> run(const FeedList& feeds, const std::vector<TensorRef>& fetches,
                                   const std::vector<TargetRef>& targets, const RunOptions& options,
                                   RunMetadata* metadata);
+  // Asynchronous full runs (scheduler/async_run.h): `done` runs once, on
+  // this thread when the call fails before it starts.
+  void run_async(const FeedList& feeds, const std::vector<TensorRef>& fetches,
+                 const std::vector<TargetRef>& targets, const RunOptions& options, RunDone done);
+  // One asynchronous step of `entry` (kept alive by `lease` or `shared`).
+  void execute_async(PlanEntry& entry, PlanLease lease, std::shared_ptr<PlanEntry> shared,
+                     std::vector<Tensor> feeds, const RunOptions& options, RunDone done);
   Result<Callable> make_callable(const std::vector<TensorRef>& feeds,
                                  const std::vector<TensorRef>& fetches,
                                  const std::vector<TargetRef>& targets);
@@ -137,6 +145,11 @@ class SessionImpl {
   Timer& timer() { return timer_; }
 
  private:
+  friend class AsyncRun;
+  // Sets the closed flag and ends what waits or runs: calls waiting for a
+  // permit, queued asynchronous calls (their done fires here), open
+  // partial runs (detached when `destroying`, else cancelled).
+  void shut(bool destroying);
   // The same with graph_mu_ held by the caller.
   Result<Output> resolve_tensor_locked(const TensorRef& ref) const;
   Result<const Node*> resolve_target_locked(const TargetRef& ref) const;

@@ -1,15 +1,70 @@
 #include "scheduler/thread_pool.h"
 
+#include <oneapi/tbb/global_control.h>
 #include <oneapi/tbb/info.h>
 
 #include <algorithm>
+#include <memory>
+#include <mutex>
 #include <new>
+#include <set>
 
 namespace graphrun {
 
 thread_local ThreadPool::Impl* ThreadPool::Impl::current = nullptr;
 
-ThreadPool::Impl::Impl(int n) : threads(n), arena(n), permits_(n) { arena.initialize(); }
+namespace {
+// oneTBB starts one worker fewer than the machine's cores (the caller is
+// expected to make up the last one). A pool running asynchronous steps has
+// no caller inside: the process allows one worker per thread of its
+// largest pool. (A user's own global_control with a lower limit wins:
+// oneTBB takes the smallest.)
+class Parallelism {
+ public:
+  void add(int threads) {
+    const std::lock_guard lock(mu_);
+    sizes_.insert(threads);
+    update();
+  }
+  void remove(int threads) {
+    const std::lock_guard lock(mu_);
+    sizes_.erase(sizes_.find(threads));
+    update();
+  }
+
+ private:
+  void update() {
+    const int largest = sizes_.empty() ? 0 : *sizes_.rbegin();
+    const int want = std::max(largest, tbb::info::default_concurrency()) + 1;
+    if (want == current_) return;
+    control_.reset();
+    if (!sizes_.empty()) {
+      control_ = std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism,
+                                                       static_cast<std::size_t>(want));
+    }
+    current_ = sizes_.empty() ? 0 : want;
+  }
+  std::mutex mu_;
+  std::multiset<int> sizes_;                      // guarded by mu_
+  std::unique_ptr<tbb::global_control> control_;  // guarded by mu_
+  int current_ = 0;                               // guarded by mu_
+};
+
+Parallelism& parallelism() {
+  static Parallelism* const p = new Parallelism;  // never destroyed: pools may outlive statics
+  return *p;
+}
+}  // namespace
+
+ThreadPool::Impl::Impl(int n) : threads(n), arena(n, /*reserved_for_masters=*/0), permits_(n) {
+  parallelism().add(n);
+  arena.initialize();
+}
+
+ThreadPool::Impl::~Impl() {
+  arena.terminate();
+  parallelism().remove(threads);
+}
 
 int ThreadPool::default_threads() { return tbb::info::default_concurrency(); }
 

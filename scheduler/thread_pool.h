@@ -62,6 +62,24 @@ struct ThreadPool::Impl {
   // session's closed flag was set).
   void wake_waiters() { permits_.wake_all(); }
 
+  // Asynchronous steps (the permit travels with the step, not a thread):
+  // the pool's permits and queue of waiting calls, and submit(), which runs
+  // `fn` on a thread of the arena, marked inside the pool. The arena has no
+  // slot reserved for callers, and the process allows a worker per thread
+  // of its largest pool, so queued steps get every thread of the pool.
+  sched::Permits& permits() { return permits_; }
+  template <typename F>
+  void submit(F fn) {
+    arena.enqueue([this, fn = std::move(fn)] {
+      const Inside inside(this);
+      fn();
+    });
+  }
+
+  ~Impl();
+  Impl(const Impl&) = delete;
+  Impl& operator=(const Impl&) = delete;
+
   const int threads;
   tbb::task_arena arena;
 

@@ -24,6 +24,9 @@ Timer::Id Timer::schedule(Clock::time_point when, std::function<void()> fn) {
 void Timer::cancel(Id id) {
   std::unique_lock lock(mu_);
   callbacks_.erase(id);  // its queue entry is skipped when it comes up
+  // A callback cancelling itself (or another) on the timer thread: nothing
+  // else can be running.
+  if (std::this_thread::get_id() == thread_.get_id()) return;
   cv_.wait(lock, [&] { return running_ != id; });
 }
 

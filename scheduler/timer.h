@@ -28,7 +28,8 @@ class Timer {
   ~Timer();
 
   Id schedule(Clock::time_point when, std::function<void()> fn);
-  // After this returns, the callback is not running and will never run.
+  // After this returns, the callback is not running and will never run
+  // (called from a callback, on the timer thread: will never run again).
   void cancel(Id id);
 
  private:

@@ -45,6 +45,8 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
+#include <future>
 #include <memory>
 #include <optional>
 #include <span>
@@ -170,6 +172,25 @@ struct Feed {
 };
 using FeedList = std::vector<Feed>;
 
+// What an asynchronous call (run_async, Callable::run_async,
+// partial_run_async) reports when it ends: the fetched tensors or why it
+// failed, and the step statistics when RunOptions::trace was set (else
+// null; valid only during the call: move what you keep).
+//
+// The contract of `done`, for every asynchronous call:
+// - It is called exactly once, on some thread: the pool thread that
+//   finished the step; the calling thread when the call fails before it
+//   starts (a bad name or feed, a closed session), or when a step of
+//   cheap kernels got a thread at once and ran to its end before the call
+//   returned; the thread that requested the stop, called close(), or the
+//   session's timer thread, when a queued call gives up.
+// - It never runs while the session holds a lock. It may call the session
+//   again (another async call, even a blocking one). It must not block for
+//   long (it may be holding a thread of the pool), must not throw, and
+//   must not destroy the session (the destructor waits for it).
+// - Empty `done`: nothing is called (fire and forget).
+using RunDone = std::function<void(Result<std::vector<Tensor>> result, RunMetadata* metadata)>;
+
 // A prepared signature (TF's MakeCallable): run() with positional feeds and
 // fetches and no name resolution or plan lookup. A run through a Callable
 // allocates nothing beyond the tensors its kernels produce.
@@ -184,6 +205,16 @@ class Callable {
   // slot per declared fetch and receives them in order.
   Status run(std::span<const Tensor> feeds, std::span<Tensor> fetches,
              const RunOptions& options = {}, RunMetadata* metadata = nullptr) const;
+  // The same, asynchronously: returns at once; `done` receives the fetches
+  // in order (see RunDone for its contract). The Callable may be destroyed
+  // before `done` runs; its session may not.
+  void run_async(std::vector<Tensor> feeds, RunDone done) const;
+  void run_async(std::vector<Tensor> feeds, const RunOptions& options, RunDone done) const;
+  // The same, with a future instead of `done`. Do not wait for it on a
+  // thread of the session's pool (inside a kernel or a done): the step may
+  // need that thread.
+  std::future<Result<std::vector<Tensor>>> run_async(std::vector<Tensor> feeds,
+                                                     const RunOptions& options = {}) const;
   std::size_t num_feeds() const;
   std::size_t num_fetches() const;
 
@@ -235,6 +266,22 @@ class Session {
                                   const std::vector<TargetRef>& targets = {},
                                   const RunOptions& options = {}, RunMetadata* metadata = nullptr);
 
+  // The same, asynchronously: returns at once, without waiting for a
+  // thread of the pool; `done` receives what run() would return (see
+  // RunDone). Semantics are run()'s: pruning, errors, stateful ops once,
+  // RunOptions::timeout (counted from this call, time queued included) and
+  // stop_token, close(). When every thread of the pool is busy the call
+  // waits in the pool's queue (first come, first served, shared with
+  // blocking callers), holding no thread; its deadline, stop and close()
+  // still end it there. Arguments are copied; nothing the caller passes
+  // must outlive the call.
+  void run_async(const FeedList& feeds, const std::vector<TensorRef>& fetches,
+                 const std::vector<TargetRef>& targets, const RunOptions& options, RunDone done);
+  // The same, with a future instead of `done` (see Callable::run_async).
+  std::future<Result<std::vector<Tensor>>> run_async(const FeedList& feeds,
+                                                     const std::vector<TensorRef>& fetches,
+                                                     const std::vector<TargetRef>& targets = {},
+                                                     const RunOptions& options = {});
   // Compiles the signature once for repeated runs.
   Result<Callable> make_callable(const std::vector<TensorRef>& feeds,
                                  const std::vector<TensorRef>& fetches,

@@ -1,0 +1,601 @@
+// Session::run_async and Callable::run_async: the same results and errors
+// as the blocking calls, `done` exactly once (under races with stop,
+// deadline and close), queued calls that hold no thread, the destructor
+// waiting for pending dones, calls started from `done`.
+//
+// Blocking cases hold the pool's only thread with a kernel that waits on a
+// Gate until the test opens it (or 20 s pass, so that a regression fails
+// instead of hanging). No timing is asserted.
+#include <graphrun/graphrun.h>
+#include <gtest/gtest.h>
+
+#include <dirent.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <future>
+#include <mutex>
+#include <stop_token>
+#include <thread>
+#include <vector>
+
+#include "tests/testing/op_harness.h"
+
+namespace graphrun {
+namespace {
+
+using ::graphrun::testing::IsOk;
+using ::graphrun::testing::StatusIs;
+using Fetched = Result<std::vector<Tensor>>;
+
+// Shut until open(); wait() gives up after 20 s.
+class Gate {
+ public:
+  void open() {
+    {
+      const std::lock_guard lock(mu_);
+      open_ = true;
+    }
+    cv_.notify_all();
+  }
+  bool is_open() {
+    const std::lock_guard lock(mu_);
+    return open_;
+  }
+  void wait() {
+    std::unique_lock lock(mu_);
+    cv_.wait_for(lock, std::chrono::seconds(20), [this] { return open_; });
+  }
+  void enter() {
+    {
+      const std::lock_guard lock(mu_);
+      ++entered_;
+    }
+    cv_.notify_all();
+  }
+  // Waits until `n` kernels have entered (false after 20 s).
+  bool await_entered(int n = 1) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(20), [&] { return entered_ >= n; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool open_ = false;
+  int entered_ = 0;
+};
+
+// Counts calls of done and keeps the last result; wait() blocks until `n`
+// calls arrived (20 s at most).
+class Dones {
+ public:
+  RunDone make() {
+    return [this](Fetched r, RunMetadata*) {
+      {
+        const std::lock_guard lock(mu_);
+        ++calls_;
+        if (!r.is_ok()) ++errors_;
+        last_ = std::move(r);
+      }
+      cv_.notify_all();
+    };
+  }
+  bool wait(int n) {
+    std::unique_lock lock(mu_);
+    return cv_.wait_for(lock, std::chrono::seconds(20), [&] { return calls_ >= n; });
+  }
+  int calls() {
+    const std::lock_guard lock(mu_);
+    return calls_;
+  }
+  int errors() {
+    const std::lock_guard lock(mu_);
+    return errors_;
+  }
+  Fetched last() {
+    const std::lock_guard lock(mu_);
+    return last_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  int calls_ = 0;
+  int errors_ = 0;
+  Fetched last_ = Status(cancelled("no call yet"));
+};
+
+int thread_count() {
+  int n = 0;
+  DIR* dir = opendir("/proc/self/task");
+  if (dir == nullptr) return -1;
+  while (const dirent* e = readdir(dir)) {
+    if (e->d_name[0] != '.') ++n;
+  }
+  closedir(dir);
+  return n;
+}
+
+std::unique_ptr<Session> session_with_threads(const Graph& g, int threads) {
+  SessionOptions options;
+  options.inter_op_threads = threads;
+  return Session::create(g, options).value();
+}
+
+// x -> sq = Square(x) -> plus = sq + 1 (through Call nodes: `cheap` makes
+// the plan run inline on the caller, else it runs on the flow graph).
+struct Small {
+  Graph g;
+  Output x;
+  Output sq;
+  Output plus;
+  explicit Small(bool cheap) {
+    x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+    ops::CallAttrs attrs;
+    attrs.cheap = cheap;
+    attrs.stateful = false;
+    sq = ops::Call(
+        g, {x}, {DType::kFloat32},
+        [](std::span<const Tensor> in) -> Result<std::vector<Tensor>> {
+          const float v = in[0].scalar<float>();
+          return std::vector<Tensor>{Tensor(v * v)};
+        },
+        attrs, "sq")[0];
+    plus = ops::Call(
+        g, {sq}, {DType::kFloat32},
+        [](std::span<const Tensor> in) -> Result<std::vector<Tensor>> {
+          return std::vector<Tensor>{Tensor(in[0].scalar<float>() + 1.0f)};
+        },
+        attrs, "plus")[0];
+  }
+};
+
+// "block" holds its thread until the gate opens, then feeds "after".
+struct Blocked {
+  Graph g;
+  Output block;
+  Output after;
+  Output x;
+  Output sq;
+  explicit Blocked(Gate& gate) {
+    block = ops::Call(
+        g, {}, {DType::kFloat32},
+        [&gate](std::span<const Tensor>) -> Result<std::vector<Tensor>> {
+          gate.enter();
+          gate.wait();
+          return std::vector<Tensor>{Tensor(1.0f)};
+        },
+        {}, "block")[0];
+    after = ops::Square(g, block, "after");
+    x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+    sq = ops::Square(g, x, "sq");
+  }
+};
+
+class RunAsyncTest : public ::testing::TestWithParam<bool> {};
+
+INSTANTIATE_TEST_SUITE_P(Plans, RunAsyncTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& param) {
+                           return param.param ? "Inline" : "FlowGraph";
+                         });
+
+TEST_P(RunAsyncTest, DeliversTheFetchesInOrder) {
+  Small m(GetParam());
+  auto s = session_with_threads(m.g, 2);
+  Dones dones;
+  s->run_async({{m.x, Tensor(3.0f)}}, {m.plus, m.sq, m.x}, {}, {}, dones.make());
+  ASSERT_TRUE(dones.wait(1));
+  const Fetched r = dones.last();
+  ASSERT_THAT(r, IsOk());
+  ASSERT_EQ(r->size(), 3u);
+  EXPECT_EQ((*r)[0].scalar<float>(), 10.0f);
+  EXPECT_EQ((*r)[1].scalar<float>(), 9.0f);
+  EXPECT_EQ((*r)[2].scalar<float>(), 3.0f);
+  EXPECT_EQ(dones.calls(), 1);
+}
+
+TEST_P(RunAsyncTest, FutureFormsMatchTheBlockingRun) {
+  Small m(GetParam());
+  auto s = session_with_threads(m.g, 2);
+  const Fetched blocking = s->run({{m.x, Tensor(4.0f)}}, {m.plus});
+  Fetched async = s->run_async({{m.x, Tensor(4.0f)}}, {m.plus}).get();
+  ASSERT_THAT(blocking, IsOk());
+  ASSERT_THAT(async, IsOk());
+  EXPECT_EQ((*async)[0].scalar<float>(), (*blocking)[0].scalar<float>());
+  Callable c = s->make_callable({m.x}, {m.plus}).value();
+  Fetched via_callable = c.run_async({Tensor(4.0f)}).get();
+  ASSERT_THAT(via_callable, IsOk());
+  EXPECT_EQ((*via_callable)[0].scalar<float>(), 17.0f);
+}
+
+TEST_P(RunAsyncTest, ErrorsBeforeTheStepAreReportedOnTheCallingThread) {
+  Small m(GetParam());
+  auto s = session_with_threads(m.g, 2);
+  std::thread::id where;
+  Status status;
+  s->run_async({}, {"nope:0"}, {}, {}, [&](Fetched r, RunMetadata*) {
+    where = std::this_thread::get_id();
+    status = r.status();
+  });
+  EXPECT_EQ(where, std::this_thread::get_id());
+  EXPECT_EQ(status.to_string(), s->run({}, {"nope:0"}).status().to_string());
+  // An unfed placeholder, a wrong feed dtype: the blocking call's errors.
+  auto error_of = [&](const FeedList& feeds) {
+    return s->run_async(feeds, {m.plus}).get().status().to_string();
+  };
+  EXPECT_EQ(error_of({}), s->run({}, {m.plus}).status().to_string());
+  EXPECT_EQ(error_of({{m.x, Tensor(int32_t{1})}}),
+            s->run({{m.x, Tensor(int32_t{1})}}, {m.plus}).status().to_string());
+  Callable c = s->make_callable({m.x}, {m.plus}).value();
+  EXPECT_THAT(c.run_async({}).get(), StatusIs(StatusCode::kInvalidArgument, "feed"));
+}
+
+TEST_P(RunAsyncTest, KernelErrorsNameTheNode) {
+  Graph g;
+  ops::CallAttrs attrs;
+  attrs.cheap = GetParam();
+  Output bad = ops::Call(
+      g, {}, {DType::kFloat32},
+      [](std::span<const Tensor>) -> Result<std::vector<Tensor>> {
+        return invalid_argument("boom");
+      },
+      attrs, "bad")[0];
+  auto s = session_with_threads(g, 2);
+  const Fetched r = s->run_async({}, {bad}).get();
+  EXPECT_THAT(r, StatusIs(StatusCode::kInvalidArgument, "bad"));
+  EXPECT_EQ(r.status().to_string(), s->run({}, {bad}).status().to_string());
+}
+
+TEST_P(RunAsyncTest, StatefulNodesActOncePerStepWithNoLostUpdate) {
+  Graph g;
+  Output v = ops::Variable(g, Tensor(0.0f), "v");
+  Output inc = ops::AssignAdd(g, v, ops::Const(g, Tensor(1.0f)), {}, "inc");
+  Output read = ops::ReadVariable(g, v, "read");
+  const Node* init = ops::GlobalVariablesInitializer(g);
+  auto s = session_with_threads(g, 2);
+  ASSERT_THAT(s->run({}, {}, {init}), IsOk());
+  constexpr int kRuns = 2000;
+  Dones dones;
+  std::vector<std::thread> callers;
+  for (int t = 0; t < 2; ++t) {
+    callers.emplace_back([&] {
+      for (int i = 0; i < kRuns / 2; ++i) s->run_async({}, {}, {inc.node()}, {}, dones.make());
+    });
+  }
+  for (std::thread& t : callers) t.join();
+  ASSERT_TRUE(dones.wait(kRuns));
+  EXPECT_EQ(dones.errors(), 0);
+  const Fetched total = s->run({}, {read});
+  ASSERT_THAT(total, IsOk());
+  EXPECT_EQ((*total)[0].scalar<float>(), static_cast<float>(kRuns));
+}
+
+TEST_P(RunAsyncTest, EffectsAreVisibleToARunStartedFromDone) {
+  Graph g;
+  Output v = ops::Variable(g, Tensor(0.0f), "v");
+  ops::AssignAdd(g, v, ops::Const(g, Tensor(1.0f)), {}, "inc");
+  const Node* init = ops::GlobalVariablesInitializer(g);
+  auto s = session_with_threads(g, 2);
+  ASSERT_THAT(s->run({}, {}, {init}), IsOk());
+  // Each done starts the next step: 50 in a chain, each sees the last.
+  std::promise<std::vector<float>> seen;
+  std::vector<float> values;
+  std::function<void(int)> step = [&](int left) {
+    s->run_async({}, {"inc:0"}, {}, {}, [&, left](Fetched r, RunMetadata*) {
+      values.push_back(r.is_ok() ? (*r)[0].scalar<float>() : -1.0f);
+      if (left > 1) {
+        step(left - 1);
+      } else {
+        seen.set_value(values);
+      }
+    });
+  };
+  step(50);
+  auto future = seen.get_future();
+  ASSERT_EQ(future.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  const std::vector<float> got = future.get();
+  ASSERT_EQ(got.size(), 50u);
+  for (std::size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i], static_cast<float>(i + 1));
+}
+
+TEST_P(RunAsyncTest, ChainsOfCallsFromDoneDoNotGrowTheStack) {
+  Small m(GetParam());
+  auto s = session_with_threads(m.g, 1);
+  constexpr int kChain = 20000;
+  std::promise<int> finished;
+  std::atomic<int> ok{0};
+  std::function<void(int)> step = [&](int left) {
+    s->run_async({{m.x, Tensor(2.0f)}}, {m.plus}, {}, {}, [&, left](Fetched r, RunMetadata*) {
+      if (r.is_ok() && (*r)[0].scalar<float>() == 5.0f) ok.fetch_add(1);
+      if (left > 1) {
+        step(left - 1);
+      } else {
+        finished.set_value(ok.load());
+      }
+    });
+  };
+  step(kChain);
+  auto future = finished.get_future();
+  ASSERT_EQ(future.wait_for(std::chrono::seconds(60)), std::future_status::ready);
+  EXPECT_EQ(future.get(), kChain);
+}
+
+TEST_P(RunAsyncTest, TracedRunsReportEveryNode) {
+  Small m(GetParam());
+  auto s = session_with_threads(m.g, 2);
+  RunOptions options;
+  options.trace = true;
+  std::promise<std::vector<std::string>> nodes;
+  s->run_async({{m.x, Tensor(1.0f)}}, {m.plus}, {}, options, [&](Fetched r, RunMetadata* md) {
+    std::vector<std::string> names;
+    if (r.is_ok() && md != nullptr) {
+      for (const NodeExecStats& st : md->step_stats) names.push_back(st.node);
+      names.push_back(md->cpu_isa);
+    }
+    nodes.set_value(names);
+  });
+  std::vector<std::string> names = nodes.get_future().get();
+  ASSERT_EQ(names.size(), 3u);
+  EXPECT_EQ(names.back(), cpu_isa_name(cpu_isa()));
+  names.pop_back();
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"plus", "sq"}));
+  // Untraced: no metadata.
+  std::promise<bool> got_metadata;
+  s->run_async({{m.x, Tensor(1.0f)}}, {m.plus}, {}, {},
+               [&](Fetched, RunMetadata* md) { got_metadata.set_value(md != nullptr); });
+  EXPECT_FALSE(got_metadata.get_future().get());
+}
+
+// ---- a busy pool: queued calls ----
+
+class QueuedTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    s_ = session_with_threads(m_.g, 1);
+    s_->run_async({}, {m_.after}, {}, {}, blocker_.make());
+    gate_.await_entered();
+  }
+  void TearDown() override {
+    gate_.open();
+    EXPECT_TRUE(blocker_.wait(1));
+  }
+  Gate gate_;
+  Blocked m_{gate_};
+  std::unique_ptr<Session> s_;
+  Dones blocker_;
+};
+
+TEST_F(QueuedTest, QueuedCallsHoldNoThreadAndAllComplete) {
+  const int threads_before = thread_count();
+  constexpr int kCalls = 10000;
+  Dones dones;
+  Callable c = s_->make_callable({m_.x}, {m_.sq}).value();
+  for (int i = 0; i < kCalls; ++i) {
+    if (i % 2 == 0) {
+      s_->run_async({{m_.x, Tensor(3.0f)}}, {m_.sq}, {}, {}, dones.make());
+    } else {
+      c.run_async({Tensor(3.0f)}, dones.make());
+    }
+  }
+  EXPECT_EQ(dones.calls(), 0) << "every call waits for the blocked thread";
+  EXPECT_LE(thread_count(), threads_before + 1) << "a queued call must not hold a thread";
+  gate_.open();
+  ASSERT_TRUE(dones.wait(kCalls));
+  EXPECT_EQ(dones.errors(), 0);
+  EXPECT_EQ((*dones.last())[0].scalar<float>(), 9.0f);
+}
+
+TEST_F(QueuedTest, QueuedCallsStartInArrivalOrder) {
+  std::mutex mu;
+  std::vector<int> order;
+  Dones dones;
+  for (int i = 0; i < 20; ++i) {
+    RunDone count = dones.make();
+    s_->run_async({{m_.x, Tensor(1.0f)}}, {m_.sq}, {}, {},
+                  [&, i, count](Fetched r, RunMetadata* md) {
+                    {
+                      const std::lock_guard lock(mu);
+                      order.push_back(i);
+                    }
+                    count(std::move(r), md);
+                  });
+  }
+  gate_.open();
+  ASSERT_TRUE(dones.wait(20));
+  std::vector<int> expected(20);
+  for (int i = 0; i < 20; ++i) expected[static_cast<std::size_t>(i)] = i;
+  EXPECT_EQ(order, expected);
+}
+
+TEST_F(QueuedTest, DeadlineFiresWhileQueued) {
+  RunOptions options;
+  options.timeout = std::chrono::milliseconds(50);
+  Dones dones;
+  s_->run_async({{m_.x, Tensor(1.0f)}}, {m_.sq}, {}, options, dones.make());
+  ASSERT_TRUE(dones.wait(1));
+  EXPECT_FALSE(gate_.is_open());
+  EXPECT_THAT(dones.last(), StatusIs(StatusCode::kDeadlineExceeded, "waited for a thread"));
+}
+
+TEST_F(QueuedTest, StopWhileQueuedCallsDoneOnTheStoppingThread) {
+  std::stop_source stop;
+  RunOptions options;
+  options.stop_token = stop.get_token();
+  std::thread::id where;
+  Status status;
+  s_->run_async({{m_.x, Tensor(1.0f)}}, {m_.sq}, {}, options, [&](Fetched r, RunMetadata*) {
+    where = std::this_thread::get_id();
+    status = r.status();
+  });
+  stop.request_stop();
+  EXPECT_EQ(where, std::this_thread::get_id());
+  EXPECT_THAT(status, StatusIs(StatusCode::kCancelled, "waited for a thread"));
+  // Already stopped before the call: Cancelled too.
+  EXPECT_THAT(s_->run_async({{m_.x, Tensor(1.0f)}}, {m_.sq}, {}, options).get(),
+              StatusIs(StatusCode::kCancelled, ""));
+}
+
+TEST_F(QueuedTest, CloseEndsQueuedCallsBeforeItReturns) {
+  Dones dones;
+  for (int i = 0; i < 100; ++i)
+    s_->run_async({{m_.x, Tensor(1.0f)}}, {m_.sq}, {}, {}, dones.make());
+  ASSERT_THAT(s_->close(), IsOk());
+  EXPECT_EQ(dones.calls(), 100);
+  EXPECT_EQ(dones.errors(), 100);
+  EXPECT_THAT(dones.last(), StatusIs(StatusCode::kCancelled, "Session has been closed."));
+  // The running step ends Cancelled once its kernel returns.
+  gate_.open();
+  ASSERT_TRUE(blocker_.wait(1));
+  EXPECT_THAT(blocker_.last(), StatusIs(StatusCode::kCancelled, ""));
+  // Later calls fail at once.
+  EXPECT_THAT(s_->run_async({{m_.x, Tensor(1.0f)}}, {m_.sq}).get(),
+              StatusIs(StatusCode::kCancelled, "Session has been closed."));
+}
+
+TEST_F(QueuedTest, BlockingAndAsyncCallersShareTheQueue) {
+  Dones dones;
+  s_->run_async({{m_.x, Tensor(1.0f)}}, {m_.sq}, {}, {}, dones.make());
+  auto blocking = std::async(std::launch::async, [&] {
+    return s_->run({{m_.x, Tensor(2.0f)}}, {m_.sq});
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  s_->run_async({{m_.x, Tensor(3.0f)}}, {m_.sq}, {}, {}, dones.make());
+  gate_.open();
+  ASSERT_TRUE(dones.wait(2));
+  EXPECT_EQ(dones.errors(), 0);
+  const Fetched b = blocking.get();
+  ASSERT_THAT(b, IsOk());
+  EXPECT_EQ((*b)[0].scalar<float>(), 4.0f);
+}
+
+TEST(RunAsyncRunningTest, StopAndDeadlineEndARunningStep) {
+  Gate gate;
+  Blocked m(gate);
+  auto s = session_with_threads(m.g, 2);
+  std::stop_source stop;
+  RunOptions stoppable;
+  stoppable.stop_token = stop.get_token();
+  Dones stopped;
+  s->run_async({}, {m.after}, {}, stoppable, stopped.make());
+  RunOptions timed;
+  timed.timeout = std::chrono::milliseconds(30);
+  Dones expired;
+  s->run_async({}, {m.after}, {}, timed, expired.make());
+  gate.await_entered(2);
+  stop.request_stop();
+  std::this_thread::sleep_for(std::chrono::milliseconds(60));
+  EXPECT_EQ(stopped.calls(), 0) << "the kernel does not poll: the step ends after it";
+  gate.open();
+  ASSERT_TRUE(stopped.wait(1));
+  ASSERT_TRUE(expired.wait(1));
+  EXPECT_THAT(stopped.last(), StatusIs(StatusCode::kCancelled, "cancelled by its caller"));
+  EXPECT_THAT(expired.last(), StatusIs(StatusCode::kDeadlineExceeded, "deadline expired"));
+}
+
+// Every call gets exactly one done whatever the interleaving of its
+// completion with a stop, a deadline and close().
+TEST(RunAsyncRaceTest, DoneExactlyOnceAgainstStopDeadlineAndClose) {
+  for (const bool cheap : {false, true}) {
+    for (int round = 0; round < 20; ++round) {
+      Small m(cheap);
+      auto s = session_with_threads(m.g, 2);
+      constexpr int kCalls = 200;
+      std::vector<std::atomic<int>> calls(kCalls);
+      std::vector<std::stop_source> stops(kCalls);
+      std::thread caller([&] {
+        for (int i = 0; i < kCalls; ++i) {
+          RunOptions options;
+          options.stop_token = stops[static_cast<std::size_t>(i)].get_token();
+          if (i % 3 == 0) options.timeout = std::chrono::milliseconds(i % 2);
+          s->run_async(
+              {{m.x, Tensor(1.0f)}}, {m.plus}, {}, options,
+              [&calls, i](Fetched, RunMetadata*) { calls[static_cast<std::size_t>(i)]++; });
+        }
+      });
+      std::thread stopper([&] {
+        for (int i = 0; i < kCalls; i += 2) stops[static_cast<std::size_t>(i)].request_stop();
+      });
+      if (round % 2 == 1) {
+        std::this_thread::sleep_for(std::chrono::microseconds(100 * round));
+        ASSERT_THAT(s->close(), IsOk());
+      }
+      caller.join();
+      stopper.join();
+      s.reset();  // waits for every pending done
+      for (int i = 0; i < kCalls; ++i) {
+        ASSERT_EQ(calls[static_cast<std::size_t>(i)].load(), 1)
+            << "call " << i << " round " << round;
+      }
+    }
+  }
+}
+
+TEST(RunAsyncLifetimeTest, DestroyingTheSessionWaitsForPendingDones) {
+  Gate gate;
+  Blocked m(gate);
+  auto s = session_with_threads(m.g, 1);
+  std::atomic<int> calls{0};
+  std::atomic<bool> destroyed{false};
+  bool seen_destroyed = false;
+  s->run_async({}, {m.after}, {}, {}, [&](Fetched, RunMetadata*) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    seen_destroyed = seen_destroyed || destroyed.load();
+    calls++;
+  });
+  gate.await_entered();
+  for (int i = 0; i < 50; ++i) {
+    s->run_async({{m.x, Tensor(1.0f)}}, {m.sq}, {}, {}, [&](Fetched, RunMetadata*) {
+      seen_destroyed = seen_destroyed || destroyed.load();
+      calls++;
+    });
+  }
+  std::thread opener([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    gate.open();
+  });
+  s.reset();
+  destroyed = true;
+  opener.join();
+  EXPECT_EQ(calls.load(), 51);
+  EXPECT_FALSE(seen_destroyed);
+}
+
+TEST(RunAsyncLifetimeTest, ACallableMayGoBeforeItsDone) {
+  Gate gate;
+  Blocked m(gate);
+  auto s = session_with_threads(m.g, 1);
+  Dones blocker;
+  s->run_async({}, {m.after}, {}, {}, blocker.make());
+  gate.await_entered();
+  Dones dones;
+  {
+    Callable c = s->make_callable({m.x}, {m.sq}).value();
+    c.run_async({Tensor(5.0f)}, dones.make());
+  }
+  gate.open();
+  ASSERT_TRUE(dones.wait(1));
+  ASSERT_THAT(dones.last(), IsOk());
+  EXPECT_EQ((*dones.last())[0].scalar<float>(), 25.0f);
+  ASSERT_TRUE(blocker.wait(1));
+}
+
+// Two pools of two threads each run two 100 ms steps at once: asynchronous
+// steps get every thread of their pool (the process allows the workers).
+TEST(RunAsyncPoolTest, AsyncStepsUseEveryThreadOfThePool) {
+  Gate gate;
+  Blocked m(gate);
+  auto s = session_with_threads(m.g, 2);
+  Dones dones;
+  s->run_async({}, {m.after}, {}, {}, dones.make());
+  s->run_async({}, {m.after}, {}, {}, dones.make());
+  EXPECT_TRUE(gate.await_entered(2)) << "both kernels must run at once";
+  gate.open();
+  ASSERT_TRUE(dones.wait(2));
+  EXPECT_EQ(dones.errors(), 0);
+}
+
+}  // namespace
+}  // namespace graphrun
