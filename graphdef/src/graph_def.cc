@@ -11,7 +11,7 @@
 //      an error naming the nodes on it;
 //   4. build: Graph::add_node in that order (input indices checked against
 //      the producer's outputs first; add_node checks dtypes and shapes).
-// docs/issue-5-service.md describes the rules and the attribute table.
+// docs/graph-files.md describes the rules and the attribute table.
 #include <graphrun/graph_def.h>
 
 #include <algorithm>

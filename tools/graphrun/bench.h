@@ -1,7 +1,7 @@
 // File: tools/graphrun/bench.h
 // `graphrun bench`: one signature run from T client threads on one session
 // through a Callable; runs/s and latency percentiles, as text or one JSON
-// object. docs/issue-6-cli.md is the user-facing specification.
+// object. docs/cli.md is the user-facing specification.
 //
 // Thread safety: stateless functions; thread-safe for distinct arguments.
 #pragma once

@@ -4,7 +4,7 @@
 // Chrome trace writer, and the `run` command itself (main.cc only parses
 // arguments with CLI11 and maps the result to an exit code; `dot` and
 // `bench` live in dot.h and bench.h).
-// docs/issue-6-cli.md is the user-facing specification.
+// docs/cli.md is the user-facing specification.
 //
 // Thread safety: stateless functions; thread-safe for distinct arguments.
 #pragma once
@@ -22,7 +22,7 @@
 
 namespace graphrun::cli {
 
-// Exit codes (docs/issue-6-cli.md).
+// Exit codes (docs/cli.md).
 inline constexpr int kExitOk = 0;
 inline constexpr int kExitRuntime = 1;
 inline constexpr int kExitUsage = 2;

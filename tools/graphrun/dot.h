@@ -1,7 +1,7 @@
 // File: tools/graphrun/dot.h
 // `graphrun dot`: a graph as Graphviz DOT, optionally with the part a
 // signature needs (the engine's pruning rule) and, for a traced partial
-// run, which call ran each node. docs/issue-6-cli.md is the user-facing
+// run, which call ran each node. docs/cli.md is the user-facing
 // specification (classes, colours, shapes).
 //
 // Thread safety: stateless functions; thread-safe for distinct arguments.

@@ -1,4 +1,4 @@
-// graphrun: the command line (docs/issue-6-cli.md). CLI11 parses the
+// graphrun: the command line (docs/cli.md). CLI11 parses the
 // arguments; tools/graphrun/cli.{h,cc} does the work.
 #include <fmt/format.h>
 
