@@ -6,6 +6,8 @@
 #   tools/scripts/test.sh STAGE...         only those stages, in order:
 #                                          format release asan tsan
 #
+# format:  clang-format check (tools/scripts/format.sh --check) and the
+#          documentation link check (tools/scripts/check-links.sh).
 # release: the `release` preset with -DGRAPHRUN_WERROR=ON, every test (all
 #          labels), then the install test among them.
 # asan:    the `asan` preset (ASan + UBSan), every test.
@@ -90,6 +92,7 @@ for s in "${stages[@]}"; do
   case $s in
     format)
       tools/scripts/format.sh --check
+      tools/scripts/check-links.sh
       ;;
     release)
       configure_and_build release -DGRAPHRUN_WERROR=ON
