@@ -1,22 +1,22 @@
-// File: graphrun/graph.h
-// Graph, Node and Output: a dataflow graph under construction.
-//
-// Nodes are added by the op builder functions of <graphrun/ops.h> (or by
-// Graph::add_node for custom ops). Names are unique: a taken name gets a
-// suffix, as in TensorFlow ("MatMul", "MatMul_1"), and name scopes prefix
-// them ("layer1/MatMul"). An Output is one endpoint of a node, printed and
-// parsed as "node:index" (a bare node name means index 0).
-//
-// Building never throws: a builder that fails (unknown op, wrong dtype,
-// incompatible shapes known at build time) records the first error in
-// `graph.status()`, names the node and the shapes, and returns an invalid
-// Output; later builders given an invalid Output do nothing. Check
-// `graph.status()` once after building; Session::create refuses a graph
-// whose status is not OK.
-//
-// Thread safety: thread-compatible: build from one thread at a time. Nodes
-// are never removed or moved, so Node pointers and Outputs stay valid for the
-// graph's lifetime.
+/// @file graphrun/graph.h
+/// Graph, Node and Output: a dataflow graph under construction.
+///
+/// Nodes are added by the op builder functions of <graphrun/ops.h> (or by
+/// Graph::add_node for custom ops). Names are unique: a taken name gets a
+/// suffix, as in TensorFlow ("MatMul", "MatMul_1"), and name scopes prefix
+/// them ("layer1/MatMul"). An Output is one endpoint of a node, printed and
+/// parsed as "node:index" (a bare node name means index 0).
+///
+/// Building never throws: a builder that fails (unknown op, wrong dtype,
+/// incompatible shapes known at build time) records the first error in
+/// `graph.status()`, names the node and the shapes, and returns an invalid
+/// Output; later builders given an invalid Output do nothing. Check
+/// `graph.status()` once after building; Session::create refuses a graph
+/// whose status is not OK.
+///
+/// Thread safety: thread-compatible: build from one thread at a time. Nodes
+/// are never removed or moved, so Node pointers and Outputs stay valid for the
+/// graph's lifetime.
 #pragma once
 
 #include <graphrun/attr_value.h>
@@ -45,24 +45,34 @@ class OpKernelConstruction;
 class OpRegistry;
 struct OpRegistration;
 
-// OpRegistry::global(); defined in the ops library.
+/// OpRegistry::global(); defined in the ops library.
 const OpRegistry& default_op_registry();
 
-// One output endpoint of a node. Invalid (node() == nullptr) when the
-// builder that produced it failed.
+/// One output endpoint of a node. Invalid (node() == nullptr) when the
+/// builder that produced it failed.
+///
+/// Thread safety: thread-compatible (a value); as its graph.
 class Output {
  public:
-  Output() = default;
+  Output() = default;  ///< an invalid Output
+  /// Output `index` of `node`.
   Output(const Node* node, int index) : node_(node), index_(index) {}
 
+  /// False when the builder that made it failed.
   bool is_valid() const { return node_ != nullptr; }
+  /// The producing node; nullptr when invalid.
   const Node* node() const { return node_; }
+  /// Which of the node's outputs.
   int index() const { return index_; }
+  /// The dtype inferred at build time; the Output must be valid.
   DType dtype() const;
+  /// The shape inferred at build time (dimensions may be unknown); the
+  /// Output must be valid.
   const Shape& shape() const;
-  // "node:index".
+  /// "node:index".
   std::string name() const;
 
+  /// Same node and index.
   friend bool operator==(const Output& a, const Output& b) {
     return a.node_ == b.node_ && a.index_ == b.index_;
   }
@@ -72,60 +82,84 @@ class Output {
   int index_ = 0;
 };
 
-// A parsed "node:index" name.
+/// A parsed "node:index" name.
 struct TensorName {
-  std::string_view node;
-  int index = 0;
+  std::string_view node;  ///< the node's name (a view into the parsed string)
+  int index = 0;          ///< the output index; 0 for a bare node name
 };
-// "a" -> {a, 0}; "a:3" -> {a, 3}; "a:x", "a:-1", ":0", "" -> InvalidArgument.
+/// "a" -> {a, 0}; "a:3" -> {a, 3}; "a:x", "a:-1", ":0", "" -> InvalidArgument.
 Result<TensorName> parse_tensor_name(std::string_view name);
 
-// How a kernel is made for one node: a registered op's factory, or a node's
-// own (custom callables).
+/// How a kernel is made for one node: a registered op's factory, or a node's
+/// own (custom callables).
 using KernelFactory = std::function<Result<std::unique_ptr<OpKernel>>(OpKernelConstruction&)>;
 
-// What Graph::add_node needs. `name` empty means the op's name.
+/// What Graph::add_node needs. `name` empty means the op's name.
 struct NodeSpec {
-  std::string op;
-  std::string name;
-  std::vector<Output> inputs;
-  std::vector<const Node*> control_inputs;
-  AttrMap attrs;
-  // Optional kernel for this node only, used instead of the op's factory.
+  std::string op;                           ///< the registered op, e.g. "MatMul"
+  std::string name;                         ///< made unique and scoped by add_node
+  std::vector<Output> inputs;               ///< data inputs, in the op's order
+  std::vector<const Node*> control_inputs;  ///< nodes that must run first
+  AttrMap attrs;                            ///< attributes; defaults are filled in
+  /// Optional kernel for this node only, used instead of the op's factory.
   std::shared_ptr<const KernelFactory> kernel;
 };
 
+/// One node of a Graph, made by Graph::add_node and owned by the graph.
+/// Immutable once added.
+///
+/// Thread safety: thread-compatible; as its graph. Never moved or removed, so
+/// a Node pointer stays valid for the graph's lifetime.
 class Node {
  public:
+  /// The position in the graph, 0 for the first node added.
   int id() const { return id_; }
+  /// The unique, scoped name.
   const std::string& name() const { return name_; }
+  /// The op's name.
   const std::string& op() const { return op_; }
+  /// The op's definition.
   const OpDef& op_def() const;
+  /// The op's registry entry (definition and kernel factory).
   const OpRegistration& registration() const { return *registration_; }
 
+  /// The data inputs, in the op's order.
   std::span<const Output> inputs() const { return inputs_; }
+  /// The number of data inputs.
   int num_inputs() const { return static_cast<int>(inputs_.size()); }
+  /// Data input `i`.
   const Output& input(int i) const { return inputs_[static_cast<std::size_t>(i)]; }
+  /// The nodes that must run before this one.
   std::span<const Node* const> control_inputs() const { return control_inputs_; }
 
+  /// The number of outputs.
   int num_outputs() const { return static_cast<int>(output_dtypes_.size()); }
+  /// The dtype of output `i`.
   DType output_dtype(int i) const { return output_dtypes_[static_cast<std::size_t>(i)]; }
+  /// The shape of output `i` inferred at build time.
   const Shape& output_shape(int i) const { return output_shapes_[static_cast<std::size_t>(i)]; }
+  /// Output `i` as an Output.
   Output output(int i = 0) const { return Output(this, i); }
 
+  /// Every attribute, defaults included.
   const AttrMap& attrs() const { return attrs_; }
+  /// The attribute `name`; nullptr when absent.
   const AttrValue* find_attr(std::string_view name) const;
+  /// The attribute `name` as a T: NotFound when missing, InvalidArgument
+  /// when of another kind (get_attr).
   template <typename T>
   Result<T> attr(std::string_view name) const {
     return get_attr<T>(attrs_, name, name_);
   }
 
+  /// True when the op is stateful (OpDef::stateful).
   bool is_stateful() const;
-  // The node's own kernel factory, if it has one (else the op's).
+  /// The node's own kernel factory, if it has one (else the op's).
   const std::shared_ptr<const KernelFactory>& kernel_override() const { return kernel_; }
+  /// The graph that owns the node.
   const Graph& graph() const { return *graph_; }
 
-  // "node 'mm1' (MatMul)" — how messages name a node.
+  /// "node 'mm1' (MatMul)" — how messages name a node.
   std::string describe() const;
 
  private:
@@ -145,56 +179,74 @@ class Node {
   std::shared_ptr<const KernelFactory> kernel_;
 };
 
+/// A dataflow graph under construction: nodes added by the ops:: builders or
+/// add_node, the first build error, name and control-dependency scopes, the
+/// graph seed and collections. Movable, not copyable (clone() copies).
+///
+/// Thread safety: thread-compatible: build from one thread at a time. Nodes
+/// are never removed or moved, so Node pointers and Outputs stay valid for
+/// the graph's lifetime.
 class Graph {
  public:
-  // Uses the process-wide registry (built-in ops + yours).
+  /// Uses the process-wide registry (built-in ops + yours).
   Graph() : Graph(default_op_registry()) {}
-  // `registry` must outlive the graph.
+  /// `registry` must outlive the graph.
   explicit Graph(const OpRegistry& registry);
+  ///@{
+  /// Moves the nodes; Node pointers and Outputs stay valid.
   Graph(Graph&&) noexcept;
   Graph& operator=(Graph&&) noexcept;
+  ///@}
   Graph(const Graph&) = delete;
   Graph& operator=(const Graph&) = delete;
   ~Graph();
 
-  // A deep copy; Outputs of this graph are not valid in the copy (look them
-  // up by name or by node id).
+  /// A deep copy; Outputs of this graph are not valid in the copy (look them
+  /// up by name or by node id).
   Graph clone() const;
 
-  // Appends the nodes `grown` has beyond this graph's: `grown` must be this
-  // graph (or a clone of it) with nodes added since, its first num_nodes()
-  // nodes matching this graph's by name, op, inputs and control inputs.
-  // Copies the new nodes, their collection entries and the seed state;
-  // nothing is changed on error. Existing Node pointers stay valid.
+  /// Appends the nodes `grown` has beyond this graph's: `grown` must be this
+  /// graph (or a clone of it) with nodes added since, its first num_nodes()
+  /// nodes matching this graph's by name, op, inputs and control inputs.
+  /// Copies the new nodes, their collection entries and the seed state;
+  /// nothing is changed on error. Existing Node pointers stay valid.
   Status append_nodes_from(const Graph& grown);
 
-  // Validates the op, the inputs (count, dtypes, same graph), the attrs
-  // (filling defaults), infers output dtypes and shapes, and picks a unique
-  // name. On error returns it, and also records it in status().
+  /// Validates the op, the inputs (count, dtypes, same graph), the attrs
+  /// (filling defaults), infers output dtypes and shapes, and picks a unique
+  /// name. On error returns it, and also records it in status().
   Result<Node*> add_node(NodeSpec spec);
-  // Adds a control edge: `node` runs after `dep`.
+  /// Adds a control edge: `node` runs after `dep`.
   Status add_control_input(Node* node, const Node* dep);
 
-  // The first error of any builder; OK if none.
+  /// The first error of any builder; OK if none.
   const Status& status() const { return status_; }
-  // Builders call this when they fail before reaching add_node.
+  /// Builders call this when they fail before reaching add_node.
   void record_error(Status s) { status_.update(s); }
 
+  /// The number of nodes.
   int num_nodes() const { return static_cast<int>(nodes_.size()); }
+  ///@{
+  /// The node with id `id`, which must be below num_nodes().
   const Node* node(int id) const { return nodes_[static_cast<std::size_t>(id)].get(); }
   Node* mutable_node(int id) { return nodes_[static_cast<std::size_t>(id)].get(); }
-  // nullptr when absent.
+  ///@}
+  /// nullptr when absent.
   const Node* find_node(std::string_view name) const;
-  // "node:index" -> Output: NotFound for an unknown node, InvalidArgument for
-  // a bad name or an index out of range.
+  /// "node:index" -> Output: NotFound for an unknown node, InvalidArgument for
+  /// a bad name or an index out of range.
   Result<Output> find_output(std::string_view name) const;
 
+  /// The registry the graph's ops come from.
   const OpRegistry& registry() const { return *registry_; }
 
-  // Name scopes: while the returned guard lives, new nodes are named
-  // "<scope>/<name>". Scopes nest.
+  /// Ends the scope name_scope() or control_dependencies() opened when
+  /// destroyed. Movable, not copyable.
+  ///
+  /// Thread safety: as its graph (one thread at a time).
   class ScopeGuard {
    public:
+    /// Takes over `o`'s scope; `o` then ends nothing.
     ScopeGuard(ScopeGuard&& o) noexcept : graph_(o.graph_), kind_(o.kind_), saved_(o.saved_) {
       o.graph_ = nullptr;
     }
@@ -210,22 +262,26 @@ class Graph {
     int kind_;
     std::size_t saved_;
   };
+  /// Name scopes: while the returned guard lives, new nodes are named
+  /// "<scope>/<name>". Scopes nest.
   [[nodiscard]] ScopeGuard name_scope(std::string_view scope);
-  // While the guard lives, every new node runs after `deps` (TF's
-  // control_dependencies). Nests: inner scopes add to outer ones.
+  /// While the guard lives, every new node runs after `deps` (TF's
+  /// control_dependencies). Nests: inner scopes add to outer ones.
   [[nodiscard]] ScopeGuard control_dependencies(std::vector<const Node*> deps);
-  // The name a node named `base` would get now (scope prefix + suffix).
+  /// The name a node named `base` would get now (scope prefix + suffix).
   std::string unique_name(std::string_view base) const;
 
-  // Graph-level random seed (TF's tf.set_random_seed). Random ops built
-  // after this call derive their op seed from it deterministically.
+  /// Graph-level random seed (TF's tf.set_random_seed). Random ops built
+  /// after this call derive their op seed from it deterministically.
   void set_seed(int64_t seed) { seed_ = seed; }
+  /// The graph-level seed; unset unless set_seed() was called.
   std::optional<int64_t> seed() const { return seed_; }
-  // A new per-op seed (graph seed set: deterministic sequence).
+  /// A new per-op seed (graph seed set: deterministic sequence).
   int64_t next_op_seed() { return ++op_seed_counter_; }
 
-  // Named lists of nodes, e.g. "variable_initializers".
+  /// Named lists of nodes, e.g. "variable_initializers".
   void add_to_collection(std::string_view key, const Node* node);
+  /// The nodes of collection `key`, in the order added; empty when absent.
   std::span<const Node* const> collection(std::string_view key) const;
 
  private:
@@ -242,18 +298,27 @@ class Graph {
   Status status_;
 };
 
-// How run() and partial_run() name a tensor: an Output of the session's
-// graph or a "node:index" string.
+/// How run() and partial_run() name a tensor: an Output of the session's
+/// graph or a "node:index" string.
+///
+/// Thread safety: thread-compatible (a value).
 class TensorRef {
  public:
-  TensorRef(const Output& o) : output_(o) {}           // NOLINT(google-explicit-constructor)
+  /// The tensor `o`.
+  TensorRef(const Output& o) : output_(o) {}  // NOLINT(google-explicit-constructor)
+  ///@{
+  /// The tensor named `name` ("node" or "node:index").
   TensorRef(std::string_view name) : name_(name) {}    // NOLINT
   TensorRef(const char* name) : name_(name) {}         // NOLINT
   TensorRef(const std::string& name) : name_(name) {}  // NOLINT
+  ///@}
+  /// True when made from a valid Output.
   bool is_output() const { return output_.is_valid(); }
+  /// The Output; invalid when made from a name.
   const Output& output() const { return output_; }
+  /// The name; empty when made from an Output.
   const std::string& name() const { return name_; }
-  // "node:index" either way.
+  /// "node:index" either way.
   std::string to_string() const { return is_output() ? output_.name() : name_; }
 
  private:
@@ -261,16 +326,26 @@ class TensorRef {
   std::string name_;
 };
 
-// How run() names a target: a node, any of its Outputs, or its name.
+/// How run() names a target: a node, any of its Outputs, or its name.
+///
+/// Thread safety: thread-compatible (a value).
 class TargetRef {
  public:
-  TargetRef(const Node* node) : node_(node) {}         // NOLINT
-  TargetRef(const Output& o) : node_(o.node()) {}      // NOLINT
+  /// The node `node`.
+  TargetRef(const Node* node) : node_(node) {}  // NOLINT
+  /// The node that produces `o`.
+  TargetRef(const Output& o) : node_(o.node()) {}  // NOLINT
+  ///@{
+  /// The node named `name`.
   TargetRef(std::string_view name) : name_(name) {}    // NOLINT
   TargetRef(const char* name) : name_(name) {}         // NOLINT
   TargetRef(const std::string& name) : name_(name) {}  // NOLINT
+  ///@}
+  /// The node; nullptr when made from a name.
   const Node* node() const { return node_; }
+  /// The name; empty when made from a node.
   const std::string& name() const { return name_; }
+  /// The node's name either way.
   std::string to_string() const;
 
  private:
@@ -278,6 +353,7 @@ class TargetRef {
   std::string name_;
 };
 
+/// Writes o.name().
 std::ostream& operator<<(std::ostream& os, const Output& o);
 
 }  // namespace graphrun

@@ -1,30 +1,32 @@
-// File: graphrun/op_kernel.h
-// The op and kernel interface: what an op is (OpDef), how its kernel runs
-// (OpKernel, OpKernelContext), and where ops are found (OpRegistry). Built-in
-// ops use exactly this interface, so custom ops are first-class.
-//
-// Registering a custom op (explicitly; graphrun has no static registrars):
-//
-//   class TimesTwoOp final : public graphrun::OpKernel {
-//    public:
-//     Status compute(OpKernelContext& ctx) override {
-//       const Tensor& x = ctx.input(0);
-//       GRAPHRUN_ASSIGN_OR_RETURN(Tensor* y, ctx.allocate_output(0, x.shape()));
-//       auto in = x.flat<float>(); auto out = y->flat<float>();
-//       ctx.parallel_for(in.size(), 4096, [&](int64_t b, int64_t e) {
-//         for (int64_t i = b; i < e; ++i) out[i] = 2 * in[i];
-//       });
-//       return Status::ok();
-//     }
-//   };
-//   Status s = OpRegistry::global().add(
-//       OpDef("TimesTwo").input("x", DType::kFloat32).output("y", DType::kFloat32)
-//           .shape_fn(shape_fns::unchanged),
-//       [](OpKernelConstruction&) -> Result<std::unique_ptr<OpKernel>> {
-//         return std::make_unique<TimesTwoOp>();
-//       });
-//
-// For a one-off node, ops::Call (<graphrun/ops.h>) wraps a C++ callable.
+/// @file graphrun/op_kernel.h
+/// The op and kernel interface: what an op is (OpDef), how its kernel runs
+/// (OpKernel, OpKernelContext), and where ops are found (OpRegistry). Built-in
+/// ops use exactly this interface, so custom ops are first-class.
+///
+/// Registering a custom op (explicitly; graphrun has no static registrars):
+///
+/// @code
+///   class TimesTwoOp final : public graphrun::OpKernel {
+///    public:
+///     Status compute(OpKernelContext& ctx) override {
+///       const Tensor& x = ctx.input(0);
+///       GRAPHRUN_ASSIGN_OR_RETURN(Tensor* y, ctx.allocate_output(0, x.shape()));
+///       auto in = x.flat<float>(); auto out = y->flat<float>();
+///       ctx.parallel_for(in.size(), 4096, [&](int64_t b, int64_t e) {
+///         for (int64_t i = b; i < e; ++i) out[i] = 2 * in[i];
+///       });
+///       return Status::ok();
+///     }
+///   };
+///   Status s = OpRegistry::global().add(
+///       OpDef("TimesTwo").input("x", DType::kFloat32).output("y", DType::kFloat32)
+///           .shape_fn(shape_fns::unchanged),
+///       [](OpKernelConstruction&) -> Result<std::unique_ptr<OpKernel>> {
+///         return std::make_unique<TimesTwoOp>();
+///       });
+/// @endcode
+///
+/// For a one-off node, ops::Call (<graphrun/ops.h>) wraps a C++ callable.
 #pragma once
 
 #include <graphrun/attr_value.h>
@@ -49,12 +51,20 @@
 
 namespace graphrun {
 
-// A non-owning reference to a callable, for hot paths (no allocation).
+/// A non-owning reference to a callable, for hot paths (no allocation).
+///
+/// Thread safety: as the callable it refers to.
 template <typename Sig>
 class FunctionRef;
+/// FunctionRef for callables of signature R(Args...). The callable must
+/// outlive the FunctionRef (pass it down a call, never store it).
+///
+/// Thread safety: as the callable it refers to.
 template <typename R, typename... Args>
 class FunctionRef<R(Args...)> {
  public:
+  /// Refers to `f` (implicit, so a lambda can be passed where a FunctionRef
+  /// is expected).
   template <typename F, typename = std::enable_if_t<!std::is_same_v<std::decay_t<F>, FunctionRef> &&
                                                     std::is_invocable_r_v<R, F&, Args...>>>
   FunctionRef(F&& f)  // NOLINT(google-explicit-constructor)
@@ -62,6 +72,7 @@ class FunctionRef<R(Args...)> {
         call_([](void* o, Args... args) -> R {
           return (*static_cast<std::remove_reference_t<F>*>(o))(std::forward<Args>(args)...);
         }) {}
+  /// Calls the callable.
   R operator()(Args... args) const { return call_(obj_, std::forward<Args>(args)...); }
 
  private:
@@ -69,27 +80,33 @@ class FunctionRef<R(Args...)> {
   R (*call_)(void*, Args...);
 };
 
-// The dtypes one type variable (e.g. "T") of an op may take.
+/// The dtypes one type variable (e.g. "T") of an op may take.
 using DTypeSet = std::vector<DType>;
+/// float32, float64, int32, int64 and bool.
 inline const DTypeSet& all_dtypes() {
   static const DTypeSet s{DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64,
                           DType::kBool};
   return s;
 }
+/// float32, float64, int32 and int64.
 inline const DTypeSet& numeric_dtypes() {
   static const DTypeSet s{DType::kFloat32, DType::kFloat64, DType::kInt32, DType::kInt64};
   return s;
 }
+/// float32 and float64.
 inline const DTypeSet& float_dtypes() {
   static const DTypeSet s{DType::kFloat32, DType::kFloat64};
   return s;
 }
 
-// Build-time view of a node for its op's shape function: input dtypes and
-// shapes, constant inputs when known, attrs. The shape function sets each
-// output's shape (output dtypes come from the OpDef and are already set).
+/// Build-time view of a node for its op's shape function: input dtypes and
+/// shapes, constant inputs when known, attrs. The shape function sets each
+/// output's shape (output dtypes come from the OpDef and are already set).
+///
+/// Thread safety: not thread-safe; one context per shape-function call.
 class InferenceContext {
  public:
+  /// Made by Graph::add_node; the spans and vectors must outlive the context.
   InferenceContext(const NodeSpec& spec, std::span<const DType> input_dtypes,
                    std::span<const Shape> input_shapes, std::span<const Tensor* const> constants,
                    std::vector<DType>* output_dtypes, std::vector<Shape>* output_shapes)
@@ -100,22 +117,32 @@ class InferenceContext {
         output_dtypes_(output_dtypes),
         output_shapes_(output_shapes) {}
 
+  /// The node's name.
   const std::string& node_name() const { return spec_.name; }
+  /// The op's name.
   const std::string& op() const { return spec_.op; }
+  /// The number of data inputs.
   int num_inputs() const { return static_cast<int>(input_shapes_.size()); }
+  /// The dtype of input `i`.
   DType input_dtype(int i) const { return input_dtypes_[static_cast<std::size_t>(i)]; }
+  /// The shape of input `i` (dimensions may be unknown).
   const Shape& input_shape(int i) const { return input_shapes_[static_cast<std::size_t>(i)]; }
-  // The value of input i when it comes straight from a Const node, else null.
+  /// The value of input i when it comes straight from a Const node, else null.
   const Tensor* input_constant(int i) const { return constants_[static_cast<std::size_t>(i)]; }
+  /// The number of outputs.
   int num_outputs() const { return static_cast<int>(output_shapes_->size()); }
+  /// The dtype of output `i`, already set from the OpDef.
   DType output_dtype(int i) const { return (*output_dtypes_)[static_cast<std::size_t>(i)]; }
+  /// Sets the shape of output `i`.
   void set_output(int i, Shape shape) { (*output_shapes_)[static_cast<std::size_t>(i)] = shape; }
+  /// The node's attributes, defaults filled in.
   const AttrMap& attrs() const { return spec_.attrs; }
+  /// The attribute `name` as a T (get_attr).
   template <typename T>
   Result<T> attr(std::string_view name) const {
     return get_attr<T>(spec_.attrs, name, spec_.name);
   }
-  // "node 'x' (Op)" prefix for messages.
+  /// "node 'x' (Op)" prefix for messages.
   std::string describe() const;
 
  private:
@@ -127,81 +154,112 @@ class InferenceContext {
   std::vector<Shape>* output_shapes_;
 };
 
+/// An op's shape function: sets each output's shape, or returns an error
+/// that names the shapes (Graph::add_node prefixes the node).
 using ShapeFn = std::function<Status(InferenceContext&)>;
 
-// Ready-made shape functions.
+/// Ready-made shape functions.
 namespace shape_fns {
-// Every output has input 0's shape.
+/// Every output has input 0's shape.
 Status unchanged(InferenceContext& c);
-// Every output has an unknown shape.
+/// Every output has an unknown shape.
 Status unknown(InferenceContext& c);
-// Every output is a scalar.
+/// Every output is a scalar.
 Status scalar(InferenceContext& c);
-// NumPy broadcasting of inputs 0 and 1; InvalidArgument naming both shapes
-// when they cannot broadcast.
+/// NumPy broadcasting of inputs 0 and 1; InvalidArgument naming both shapes
+/// when they cannot broadcast.
 Status broadcast_binary(InferenceContext& c);
 }  // namespace shape_fns
 
-// NumPy broadcast of two shapes (unknown dims allowed); InvalidArgument
-// naming both when incompatible.
+/// NumPy broadcast of two shapes (unknown dims allowed); InvalidArgument
+/// naming both when incompatible.
 Result<Shape> broadcast_shapes(const Shape& a, const Shape& b);
 
-// How an input or output's dtype is given: a fixed dtype, or a type
-// variable ("T") that is an attr of the node, inferred from the first input
-// that uses it when the attr is not given.
+/// How an input or output's dtype is given: a fixed dtype, or a type
+/// variable ("T") that is an attr of the node, inferred from the first input
+/// that uses it when the attr is not given.
 struct ArgDef {
-  std::string name;
-  DType fixed = DType::kInvalid;  // when not kInvalid
-  std::string type_attr;          // else this type variable
+  std::string name;               ///< the input's or output's name
+  DType fixed = DType::kInvalid;  ///< when not kInvalid
+  std::string type_attr;          ///< else this type variable
 };
 
-// An op's signature. Builder style:
-//   OpDef("MatMul").input("a", "T").input("b", "T").output("product", "T")
-//       .type_attr("T", numeric_dtypes())
-//       .attr("transpose_a", false).attr("transpose_b", false)
-//       .shape_fn(matmul_shape);
+/// An op's signature. Builder style:
+/// @code
+///   OpDef("MatMul").input("a", "T").input("b", "T").output("product", "T")
+///       .type_attr("T", numeric_dtypes())
+///       .attr("transpose_a", false).attr("transpose_b", false)
+///       .shape_fn(matmul_shape);
+/// @endcode
+///
+/// Thread safety: thread-compatible (a value); registered definitions are
+/// only read.
 class OpDef {
  public:
+  /// An op named `name` (TensorFlow's name when TensorFlow has the op).
   explicit OpDef(std::string name) : name_(std::move(name)) {}
 
+  ///@{
+  /// Adds an input of a fixed dtype, or of the dtype of type variable
+  /// `type_attr`.
   OpDef& input(std::string name, DType fixed);
   OpDef& input(std::string name, std::string type_attr);
-  // Any number of inputs of any dtypes (custom callables); checked by the
-  // shape function.
+  ///@}
+  /// Any number of inputs of any dtypes (custom callables); checked by the
+  /// shape function.
   OpDef& variadic_inputs();
+  ///@{
+  /// Adds an output of a fixed dtype, or of the dtype of type variable
+  /// `type_attr`.
   OpDef& output(std::string name, DType fixed);
   OpDef& output(std::string name, std::string type_attr);
-  // Outputs whose dtypes are the list(type) attr `attr` (custom callables).
+  ///@}
+  /// Outputs whose dtypes are the list(type) attr `attr` (custom callables).
   OpDef& output_list(std::string attr);
+  /// Declares type variable `name` (e.g. "T") and the dtypes it may take.
   OpDef& type_attr(std::string name, DTypeSet allowed);
-  // An attr with a default; its kind is the default's.
+  /// An attr with a default; its kind is the default's.
   OpDef& attr(std::string name, AttrValue default_value);
-  // A required attr of the kind of `kind_example`.
+  /// A required attr of the kind of `kind_example`.
   OpDef& required_attr(std::string name, AttrValue kind_example);
+  /// Sets the shape function, run by Graph::add_node.
   OpDef& shape_fn(ShapeFn fn);
-  // Stateful ops touch state outside their inputs (variables, RNG, iterators):
-  // never deduplicated, and each runs once per step.
+  /// Stateful ops touch state outside their inputs (variables, RNG, iterators):
+  /// never deduplicated, and each runs once per step.
   OpDef& stateful(bool value = true);
+  /// Sets a one-paragraph description of the op.
   OpDef& doc(std::string text);
 
+  /// The op's name.
   const std::string& name() const { return name_; }
+  /// The inputs, in order.
   const std::vector<ArgDef>& inputs() const { return inputs_; }
+  /// The outputs, in order.
   const std::vector<ArgDef>& outputs() const { return outputs_; }
+  /// True after variadic_inputs().
   bool has_variadic_inputs() const { return variadic_inputs_; }
+  /// The attribute output_list() named; empty when not set.
   const std::string& output_list_attr() const { return output_list_attr_; }
+  /// A type variable and the dtypes it may take.
   struct TypeAttr {
-    std::string name;
-    DTypeSet allowed;
+    std::string name;  ///< e.g. "T"
+    DTypeSet allowed;  ///< the dtypes it may take
   };
+  /// The type variables, in the order declared.
   const std::vector<TypeAttr>& type_attrs() const { return type_attrs_; }
+  /// An attribute: its name, default (or kind) and whether it is required.
   struct AttrDef {
-    std::string name;
-    AttrValue value;  // default, or kind example when required
-    bool required = false;
+    std::string name;       ///< the attribute's name
+    AttrValue value;        ///< default, or kind example when required
+    bool required = false;  ///< true when a node must set it
   };
+  /// The attributes, in the order declared.
   const std::vector<AttrDef>& attrs() const { return attrs_; }
+  /// The shape function; empty when none was set.
   const ShapeFn& shape_function() const { return shape_fn_; }
+  /// True after stateful().
   bool is_stateful() const { return stateful_; }
+  /// The text doc() set.
   const std::string& documentation() const { return doc_; }
 
  private:
@@ -217,18 +275,24 @@ class OpDef {
   std::string doc_;
 };
 
-// Session-owned state shared by kernels (variables, iterators): looked up by
-// name, created on first use, destroyed with the session.
+/// Session-owned state shared by kernels (variables, iterators): looked up by
+/// name, created on first use, destroyed with the session.
+///
+/// Thread safety: subclasses must be thread-safe: the kernels of concurrent
+/// steps share a resource.
 class Resource {
  public:
   virtual ~Resource() = default;
 };
 
-// Thread safety: thread-safe.
+/// A session's resources by name. Kernel factories reach it through
+/// OpKernelConstruction::resources(); it owns every resource.
+///
+/// Thread safety: thread-safe.
 class ResourceManager {
  public:
-  // The resource named `name`, made by `create` if absent. InvalidArgument
-  // when it exists with another type.
+  /// The resource named `name`, made by `create` if absent. InvalidArgument
+  /// when it exists with another type.
   template <typename T>
   Result<T*> lookup_or_create(std::string_view name,
                               FunctionRef<Result<std::unique_ptr<T>>()> create) {
@@ -245,6 +309,7 @@ class ResourceManager {
     resources_.emplace(std::string(name), std::move(*made));
     return raw;
   }
+  /// The number of resources.
   std::size_t size() const {
     std::lock_guard lock(mu_);
     return resources_.size();
@@ -255,13 +320,19 @@ class ResourceManager {
   std::unordered_map<std::string, std::unique_ptr<Resource>> resources_;
 };
 
-// What a kernel factory sees once per (session, node).
+/// What a kernel factory sees once per (session, node).
+///
+/// Thread safety: not thread-safe; one object per factory call.
 class OpKernelConstruction {
  public:
+  /// Made by the session for `node`, with the session's resources.
   OpKernelConstruction(const Node& node, ResourceManager& resources)
       : node_(node), resources_(resources) {}
+  /// The node the kernel is for.
   const Node& node() const { return node_; }
+  /// The session's resources (variables, iterators).
   ResourceManager& resources() const { return resources_; }
+  /// The node's attribute `name` as a T (Node::attr).
   template <typename T>
   Result<T> attr(std::string_view name) const {
     return node_.attr<T>(name);
@@ -272,47 +343,54 @@ class OpKernelConstruction {
   ResourceManager& resources_;
 };
 
-// The vector instruction-set levels the built-in heavy kernels (MatMul,
-// Conv2D, elementwise math, reductions) are compiled for, in one binary.
+/// The vector instruction-set levels the built-in heavy kernels (MatMul,
+/// Conv2D, elementwise math, reductions) are compiled for, in one binary.
 enum class CpuIsa : uint8_t {
-  kBaseline,  // x86-64's SSE2 (or the target's default)
-  kAvx2,      // AVX2 + FMA
-  kAvx512,    // AVX-512 F/BW/DQ/VL (with AVX2 + FMA)
+  kBaseline,  ///< x86-64's SSE2 (or the target's default)
+  kAvx2,      ///< AVX2 + FMA
+  kAvx512,    ///< AVX-512 F/BW/DQ/VL (with AVX2 + FMA)
 };
-// "baseline", "avx2" or "avx512".
+/// "baseline", "avx2" or "avx512".
 std::string_view cpu_isa_name(CpuIsa isa);
-// The best level this CPU (and OS) supports.
+/// The best level this CPU (and OS) supports.
 CpuIsa cpu_isa_supported();
-// The level the built-in kernels run at: cpu_isa_supported(), or the lower
-// level the environment variable GRAPHRUN_CPU_ISA (baseline|avx2|avx512)
-// names. Chosen once per process, at the first call.
+/// The level the built-in kernels run at: cpu_isa_supported(), or the lower
+/// level the environment variable GRAPHRUN_CPU_ISA (baseline|avx2|avx512)
+/// names. Chosen once per process, at the first call.
 CpuIsa cpu_isa();
-// OK, or InvalidArgument naming GRAPHRUN_CPU_ISA's value when it names no
-// level or one this CPU lacks (cpu_isa() is then cpu_isa_supported());
-// Session::create returns this error. Thread safety: all four are
-// thread-safe.
+/// OK, or InvalidArgument naming GRAPHRUN_CPU_ISA's value when it names no
+/// level or one this CPU lacks (cpu_isa() is then cpu_isa_supported());
+/// Session::create returns this error. Thread safety: all four are
+/// thread-safe.
 const Status& cpu_isa_status();
 
-// Hooks the scheduler installs in every kernel context: intra-op
-// parallelism in the session's arena.
+/// Hooks the scheduler installs in every kernel context: intra-op
+/// parallelism in the session's arena.
+///
+/// Thread safety: set before the session runs; only read while it runs.
 struct KernelRuntime {
+  /// Runs fn over [0, n) in chunks of at least `grain` on the session's
+  /// threads; null: OpKernelContext::parallel_for runs fn(0, n) inline.
   void (*parallel_for)(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn) = nullptr;
-  // Threads parallel_for may use (the session's pool size); 1 when unset.
+  /// Threads parallel_for may use (the session's pool size); 1 when unset.
   int threads = 1;
-  // Largest output allocate_output*() makes (SessionOptions::max_tensor_bytes);
-  // 0: no limit.
+  /// Largest output allocate_output*() makes (SessionOptions::max_tensor_bytes);
+  /// 0: no limit.
   int64_t max_tensor_bytes = 0;
 };
 
-// What a step's kernels poll to stop early: the step failed or was
-// cancelled, the session was closed, or the run's deadline passed. Owned by
-// the scheduler (one per step); kernels only read it.
-// Thread safety: thread-safe to read while the step runs.
+/// What a step's kernels poll to stop early: the step failed or was
+/// cancelled, the session was closed, or the run's deadline passed. Owned by
+/// the scheduler (one per step); kernels only read it.
+///
+/// Thread safety: thread-safe to read while the step runs.
 struct StepCancellation {
-  std::atomic<bool> cancelled{false};
-  const std::atomic<bool>* session_closed = nullptr;
+  std::atomic<bool> cancelled{false};                 ///< set when the step fails or is cancelled
+  const std::atomic<bool>* session_closed = nullptr;  ///< the session's closed flag, if any
+  /// The run's deadline; max() when it has none.
   std::chrono::steady_clock::time_point deadline = std::chrono::steady_clock::time_point::max();
 
+  /// True once any of the three says stop.
   bool is_cancelled() const {
     // relaxed: advisory; the scheduler decides the step's status.
     if (cancelled.load(std::memory_order_relaxed)) return true;
@@ -322,10 +400,12 @@ struct StepCancellation {
   }
 };
 
-// What a kernel sees while it runs: its inputs and where its outputs go.
-// Thread safety: one context per node execution; not shared.
+/// What a kernel sees while it runs: its inputs and where its outputs go.
+///
+/// Thread safety: one context per node execution; not shared.
 class OpKernelContext {
  public:
+  /// Made by the scheduler for one execution of `node`.
   OpKernelContext(const Node& node, const Tensor* slots, std::span<const int32_t> input_slots,
                   Tensor* outputs, const KernelRuntime& runtime,
                   const StepCancellation* cancellation, int64_t step_id)
@@ -337,34 +417,41 @@ class OpKernelContext {
         cancellation_(cancellation),
         step_id_(step_id) {}
 
+  /// The node being executed (for a fused kernel, the chain's last node).
   const Node& node() const { return node_; }
+  /// The number of inputs.
   int num_inputs() const { return static_cast<int>(input_slots_.size()); }
+  /// Input `i`; read-only (it may be shared with other nodes and fetches).
   const Tensor& input(int i) const { return slots_[input_slots_[static_cast<std::size_t>(i)]]; }
+  /// The number of outputs.
   int num_outputs() const { return node_.num_outputs(); }
 
-  // A zero-filled output of the node's declared dtype. Validates the shape
-  // and reports allocation failure as ResourceExhausted.
-  // Both are ResourceExhausted past the session's SessionOptions::max_tensor_bytes.
+  /// A zero-filled output of the node's declared dtype. Validates the shape
+  /// and reports allocation failure as ResourceExhausted.
+  /// Both are ResourceExhausted past the session's SessionOptions::max_tensor_bytes.
   Result<Tensor*> allocate_output(int i, const Shape& shape);
-  // Storage not zeroed: for kernels that write every element.
+  /// Storage not zeroed: for kernels that write every element.
+  /// ResourceExhausted as allocate_output().
   Result<Tensor*> allocate_output_uninitialized(int i, const Shape& shape);
-  // Sets output i to `t` (sharing its buffer, e.g. Identity). Internal error
-  // if its dtype is not the declared one.
+  /// Sets output i to `t` (sharing its buffer, e.g. Identity). Internal error
+  /// if its dtype is not the declared one.
   Status set_output(int i, Tensor t);
+  /// Output `i` as it stands (empty until allocated or set).
   Tensor* mutable_output(int i) { return &outputs_[i]; }
 
-  // Splits [0, n) into chunks of at least `grain` and runs fn(begin, end)
-  // on the session's threads (the caller helps). Sequential when n <= grain.
+  /// Splits [0, n) into chunks of at least `grain` and runs fn(begin, end)
+  /// on the session's threads (the caller helps). Sequential when n <= grain.
   void parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn) const;
-  // Threads parallel_for runs on (the caller included): at least 1. Kernels
-  // size their pieces from it.
+  /// Threads parallel_for runs on (the caller included): at least 1. Kernels
+  /// size their pieces from it.
   int num_threads() const { return runtime_.parallel_for == nullptr ? 1 : runtime_.threads; }
 
-  // True once the step failed or was cancelled, the session was closed, or
-  // the run's deadline passed. Long kernels should poll it (it costs a clock
-  // read when the run has a deadline) and then return any error: the run
-  // reports Cancelled or DeadlineExceeded, not the kernel's status.
+  /// True once the step failed or was cancelled, the session was closed, or
+  /// the run's deadline passed. Long kernels should poll it (it costs a clock
+  /// read when the run has a deadline) and then return any error: the run
+  /// reports Cancelled or DeadlineExceeded, not the kernel's status.
   bool is_cancelled() const { return cancellation_ != nullptr && cancellation_->is_cancelled(); }
+  /// The step's id, unique in the process.
   int64_t step_id() const { return step_id_; }
 
  private:
@@ -378,65 +465,72 @@ class OpKernelContext {
   int64_t step_id_;
 };
 
-// A kernel: the code of one op on CPU. One kernel object is made per
-// (session, node) and shared by every step of the session, so compute() may
-// run concurrently with itself: keep kernels stateless or lock their state.
+/// A kernel: the code of one op on CPU. One kernel object is made per
+/// (session, node) and shared by every step of the session, so compute() may
+/// run concurrently with itself: keep kernels stateless or lock their state.
+///
+/// Thread safety: must be thread-safe (see above).
 class OpKernel {
  public:
   virtual ~OpKernel() = default;
+  /// Computes the node's outputs from its inputs; an error fails the step
+  /// (the scheduler prefixes the node).
   virtual Status compute(OpKernelContext& ctx) = 0;
-  // True for kernels cheap enough to run inline without a task of their own
-  // (TensorFlow's !IsExpensive()): the scheduler then runs the node on the
-  // thread that completed its last input, right after that input's node.
-  // Decided once per (session, node), so a kernel whose cost grows with its
-  // tensors answers from the node's build-time shapes (small_static_shapes).
-  // A wrong `true` costs parallelism, never correctness. Default: false.
+  /// True for kernels cheap enough to run inline without a task of their own
+  /// (TensorFlow's !IsExpensive()): the scheduler then runs the node on the
+  /// thread that completed its last input, right after that input's node.
+  /// Decided once per (session, node), so a kernel whose cost grows with its
+  /// tensors answers from the node's build-time shapes (small_static_shapes).
+  /// A wrong `true` costs parallelism, never correctness. Default: false.
   virtual bool is_cheap() const { return false; }
-  // Optional epilogue fusion: one kernel computing this node followed by
-  // `chain`, where chain[0] reads this node's only output and each next
-  // node reads the previous one's, and nothing else sees those
-  // intermediate tensors. The plan asks (with SessionOptions::fuse_kernels,
-  // never for a traced run or a partial run); null declines, the default.
-  // The fused kernel's inputs are this node's, then each chain node's other
-  // inputs in order; it produces the last chain node's outputs, and runs
-  // with that node as ctx.node(). The plan owns the returned kernel.
+  /// Optional epilogue fusion: one kernel computing this node followed by
+  /// `chain`, where chain[0] reads this node's only output and each next
+  /// node reads the previous one's, and nothing else sees those
+  /// intermediate tensors. The plan asks (with SessionOptions::fuse_kernels,
+  /// never for a traced run or a partial run); null declines, the default.
+  /// The fused kernel's inputs are this node's, then each chain node's other
+  /// inputs in order; it produces the last chain node's outputs, and runs
+  /// with that node as ctx.node(). The plan owns the returned kernel.
   virtual std::unique_ptr<OpKernel> fuse(std::span<const Node* const> chain) const {
     (void)chain;
     return nullptr;
   }
 };
 
-// Elements up to which elementwise work on one node counts as cheap.
+/// Elements up to which elementwise work on one node counts as cheap.
 inline constexpr int64_t kCheapElements = 4096;
 
-// True when every input and output shape of `node` is fully defined at graph
-// build, each input holds at most `max_elements` elements and the outputs
-// together at most `max_elements`: what a size-dependent kernel's is_cheap()
-// checks (fed tensors are checked against these shapes at run time).
+/// True when every input and output shape of `node` is fully defined at graph
+/// build, each input holds at most `max_elements` elements and the outputs
+/// together at most `max_elements`: what a size-dependent kernel's is_cheap()
+/// checks (fed tensors are checked against these shapes at run time).
 bool small_static_shapes(const Node& node, int64_t max_elements = kCheapElements);
 
+/// One registered op: its definition and how its kernels are made.
 struct OpRegistration {
-  OpDef def;
-  KernelFactory factory;
+  OpDef def;              ///< the op's signature
+  KernelFactory factory;  ///< makes the kernel of one (session, node)
 };
 
-// Op name -> definition and kernel factory.
-// Thread safety: thread-safe. Registrations are never removed, so returned
-// pointers stay valid for the registry's lifetime.
+/// Op name -> definition and kernel factory.
+///
+/// Thread safety: thread-safe. Registrations are never removed, so returned
+/// pointers stay valid for the registry's lifetime.
 class OpRegistry {
  public:
   OpRegistry() = default;
   OpRegistry(const OpRegistry&) = delete;
   OpRegistry& operator=(const OpRegistry&) = delete;
 
-  // The process-wide registry, holding every built-in op; register your
-  // own ops here (or in a registry of your own passed to Graph).
+  /// The process-wide registry, holding every built-in op; register your
+  /// own ops here (or in a registry of your own passed to Graph).
   static OpRegistry& global();
 
-  // AlreadyExists when the name is taken; InvalidArgument for a malformed def.
+  /// AlreadyExists when the name is taken; InvalidArgument for a malformed def.
   Status add(OpDef def, KernelFactory factory);
-  // nullptr when absent.
+  /// nullptr when absent.
   const OpRegistration* find(std::string_view op) const;
+  /// The names of every registered op, sorted.
   std::vector<std::string> op_names() const;
 
  private:
@@ -444,8 +538,8 @@ class OpRegistry {
   std::unordered_map<std::string, std::unique_ptr<OpRegistration>> ops_;
 };
 
-// Registers every built-in op into `registry` (OpRegistry::global() does
-// this once). Defined in the ops library.
+/// Registers every built-in op into `registry` (OpRegistry::global() does
+/// this once). Defined in the ops library.
 void register_builtin_ops(OpRegistry& registry);
 
 }  // namespace graphrun

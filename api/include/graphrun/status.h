@@ -1,13 +1,15 @@
-// File: graphrun/status.h
-// Status and Result<T>: how every fallible graphrun call reports failure. No
-// exception crosses the public API; a call returns a Status with a canonical
-// code (the gRPC/Abseil set) and a message that names the culprit.
-//
-// Example:
-//   Result<Tensor> r = ...;
-//   if (!r.is_ok()) fmt::print("{}\n", r.status().to_string());
-//
-// Thread safety: Status and Result are values; thread-compatible.
+/// @file graphrun/status.h
+/// Status and Result<T>: how every fallible graphrun call reports failure. No
+/// exception crosses the public API; a call returns a Status with a canonical
+/// code (the gRPC/Abseil set) and a message that names the culprit.
+///
+/// Example:
+/// @code
+///   Result<Tensor> r = ...;
+///   if (!r.is_ok()) fmt::print("{}\n", r.status().to_string());
+/// @endcode
+///
+/// Thread safety: Status and Result are values; thread-compatible.
 #pragma once
 
 #include <fmt/format.h>
@@ -21,51 +23,61 @@
 
 namespace graphrun {
 
-// Canonical codes, numbered as in gRPC and Abseil so that they map 1:1 onto
-// the wire later.
+/// Canonical codes, numbered as in gRPC and Abseil so that they map 1:1 onto
+/// the wire.
 enum class StatusCode : int {
-  kOk = 0,
-  kCancelled = 1,
-  kUnknown = 2,
-  kInvalidArgument = 3,
-  kDeadlineExceeded = 4,
-  kNotFound = 5,
-  kAlreadyExists = 6,
-  kPermissionDenied = 7,
-  kResourceExhausted = 8,
-  kFailedPrecondition = 9,
-  kAborted = 10,
-  kOutOfRange = 11,
-  kUnimplemented = 12,
-  kInternal = 13,
-  kUnavailable = 14,
-  kDataLoss = 15,
-  kUnauthenticated = 16,
+  kOk = 0,                  ///< not an error
+  kCancelled = 1,           ///< the call was cancelled (close(), a stop token)
+  kUnknown = 2,             ///< an error of no other kind
+  kInvalidArgument = 3,     ///< the request is wrong whatever the state
+  kDeadlineExceeded = 4,    ///< the deadline passed first
+  kNotFound = 5,            ///< a name or handle that does not exist
+  kAlreadyExists = 6,       ///< a name that is taken
+  kPermissionDenied = 7,    ///< not allowed
+  kResourceExhausted = 8,   ///< a limit or memory ran out
+  kFailedPrecondition = 9,  ///< the state does not allow it (e.g. an uninitialized variable)
+  kAborted = 10,            ///< aborted, usually by a concurrent conflict
+  kOutOfRange = 11,         ///< past the end (an exhausted iterator)
+  kUnimplemented = 12,      ///< not supported
+  kInternal = 13,           ///< a broken invariant or an unexpected exception
+  kUnavailable = 14,        ///< the service cannot be reached now
+  kDataLoss = 15,           ///< unrecoverable data loss
+  kUnauthenticated = 16,    ///< missing or wrong credentials
 };
 
-// "InvalidArgument", "NotFound", ...
+/// "InvalidArgument", "NotFound", ...
 std::string_view status_code_name(StatusCode code);
 
+/// The outcome of a fallible call: OK, or a canonical code and a message
+/// that names the culprit. `fmt::format("{}", status)` prints to_string().
+///
+/// Thread safety: thread-compatible (a value).
 class [[nodiscard]] Status {
  public:
-  Status() = default;  // OK
+  Status() = default;  ///< OK
+  /// A status of `code` with `message` (an error unless `code` is kOk).
   Status(StatusCode code, std::string message);
 
+  /// The OK status.
   static Status ok() { return Status(); }
 
+  /// True for OK.
   bool is_ok() const { return code_ == StatusCode::kOk; }
+  /// The canonical code.
   StatusCode code() const { return code_; }
+  /// The message; empty for OK.
   const std::string& message() const { return message_; }
 
-  // "OK" or "InvalidArgument: <message>".
+  /// "OK" or "InvalidArgument: <message>".
   std::string to_string() const;
 
-  // Keeps the first error: if this is OK, becomes `other`.
+  /// Keeps the first error: if this is OK, becomes `other`.
   void update(const Status& other);
 
-  // Same code, message "<prefix>: <message>". OK stays OK.
+  /// Same code, message "<prefix>: <message>". OK stays OK.
   Status with_prefix(std::string_view prefix) const;
 
+  /// Same code and same message.
   friend bool operator==(const Status& a, const Status& b) {
     return a.code_ == b.code_ && a.message_ == b.message_;
   }
@@ -79,16 +91,18 @@ namespace internal {
 [[noreturn]] void check_failed(const char* file, int line, const char* what, std::string_view msg);
 }  // namespace internal
 
-// Aborts with file and line when an internal invariant is broken. Never used
-// for conditions that bad user input can reach.
+/// Aborts with file and line when an internal invariant is broken. Never used
+/// for conditions that bad user input can reach.
 #define GRAPHRUN_CHECK(cond)                                                        \
   do {                                                                              \
     if (!(cond)) ::graphrun::internal::check_failed(__FILE__, __LINE__, #cond, {}); \
   } while (0)
+/// As GRAPHRUN_CHECK, with `msg` (a string) in the report.
 #define GRAPHRUN_CHECK_MSG(cond, msg)                                                  \
   do {                                                                                 \
     if (!(cond)) ::graphrun::internal::check_failed(__FILE__, __LINE__, #cond, (msg)); \
   } while (0)
+/// GRAPHRUN_CHECK in debug builds; with NDEBUG, `cond` is not evaluated.
 #ifdef NDEBUG
 #define GRAPHRUN_DCHECK(cond) \
   do {                        \
@@ -97,13 +111,18 @@ namespace internal {
 #define GRAPHRUN_DCHECK(cond) GRAPHRUN_CHECK(cond)
 #endif
 
-// Factories with fmt-checked format strings:
-//   return invalid_argument("feed '{}' fed twice", name);
 #define GRAPHRUN_STATUS_FACTORY(fn, code)                                              \
   template <typename... Args>                                                          \
   Status fn(fmt::format_string<Args...> format, Args&&... args) {                      \
     return Status(StatusCode::code, fmt::format(format, std::forward<Args>(args)...)); \
   }
+///@{
+/// Factories with fmt-checked format strings:
+/// @code
+///   return invalid_argument("feed '{}' fed twice", name);
+/// @endcode
+/// Each makes a Status of the code it is named after (unknown_error: kUnknown,
+/// internal_error: kInternal) whose message is the formatted text.
 GRAPHRUN_STATUS_FACTORY(cancelled, kCancelled)
 GRAPHRUN_STATUS_FACTORY(unknown_error, kUnknown)
 GRAPHRUN_STATUS_FACTORY(invalid_argument, kInvalidArgument)
@@ -118,14 +137,19 @@ GRAPHRUN_STATUS_FACTORY(out_of_range, kOutOfRange)
 GRAPHRUN_STATUS_FACTORY(unimplemented, kUnimplemented)
 GRAPHRUN_STATUS_FACTORY(internal_error, kInternal)
 GRAPHRUN_STATUS_FACTORY(unavailable, kUnavailable)
+///@}
 #undef GRAPHRUN_STATUS_FACTORY
 
-// A value of T or a non-OK Status.
+/// A value of T or a non-OK Status.
+///
+/// Thread safety: thread-compatible (a value).
 template <typename T>
 class [[nodiscard]] Result {
   static_assert(!std::is_same_v<std::decay_t<T>, Status>, "Result<Status> makes no sense");
 
  public:
+  ///@{
+  /// Holds `value` (implicit, so a function returning Result<T> may return a T).
   Result(const T& value)
       : rep_(std::in_place_index<1>, value) {}  // NOLINT(google-explicit-constructor)
   Result(T&& value) : rep_(std::in_place_index<1>, std::move(value)) {}  // NOLINT
@@ -133,16 +157,22 @@ class [[nodiscard]] Result {
                                                     !std::is_same_v<std::decay_t<U>, Status> &&
                                                     !std::is_same_v<std::decay_t<U>, Result>>>
   Result(U&& value) : rep_(std::in_place_index<1>, std::forward<U>(value)) {}  // NOLINT
-  Result(Status status) : rep_(std::in_place_index<0>, std::move(status)) {    // NOLINT
+  ///@}
+  /// Holds the error `status`; aborts when it is OK.
+  Result(Status status) : rep_(std::in_place_index<0>, std::move(status)) {  // NOLINT
     GRAPHRUN_CHECK_MSG(!std::get<0>(rep_).is_ok(), "Result constructed from an OK Status");
   }
 
+  /// True when a value is held.
   bool is_ok() const { return rep_.index() == 1; }
-  // OK when a value is held.
+  ///@{
+  /// OK when a value is held.
   Status status() const& { return is_ok() ? Status::ok() : std::get<0>(rep_); }
   Status status() && { return is_ok() ? Status::ok() : std::move(std::get<0>(rep_)); }
+  ///@}
 
-  // Aborts when there is no value: check is_ok() first.
+  ///@{
+  /// Aborts when there is no value: check is_ok() first.
   T& value() & { return checked(); }
   const T& value() const& { return const_cast<Result*>(this)->checked(); }
   T&& value() && { return std::move(checked()); }
@@ -151,8 +181,9 @@ class [[nodiscard]] Result {
   T&& operator*() && { return std::move(checked()); }
   T* operator->() { return &checked(); }
   const T* operator->() const { return &const_cast<Result*>(this)->checked(); }
+  ///@}
 
-  // The value, or `fallback` when there is none.
+  /// The value, or `fallback` when there is none.
   T value_or(T fallback) const& { return is_ok() ? std::get<1>(rep_) : std::move(fallback); }
 
  private:
@@ -169,15 +200,17 @@ class [[nodiscard]] Result {
 #define GRAPHRUN_CONCAT_INNER(a, b) a##b
 #define GRAPHRUN_CONCAT(a, b) GRAPHRUN_CONCAT_INNER(a, b)
 
-// Returns from the enclosing function when `expr` (a Status) is not OK.
+/// Returns from the enclosing function when `expr` (a Status) is not OK.
 #define GRAPHRUN_RETURN_IF_ERROR(expr)                      \
   do {                                                      \
     ::graphrun::Status graphrun_status_ = (expr);           \
     if (!graphrun_status_.is_ok()) return graphrun_status_; \
   } while (0)
 
-// `lhs = value of expr` (a Result), or returns its Status.
-//   GRAPHRUN_ASSIGN_OR_RETURN(Tensor* y, ctx.allocate_output(0, shape));
+/// `lhs = value of expr` (a Result), or returns its Status.
+/// @code
+///   GRAPHRUN_ASSIGN_OR_RETURN(Tensor* y, ctx.allocate_output(0, shape));
+/// @endcode
 #define GRAPHRUN_ASSIGN_OR_RETURN(lhs, expr) \
   GRAPHRUN_ASSIGN_OR_RETURN_IMPL(GRAPHRUN_CONCAT(graphrun_result_, __LINE__), lhs, expr)
 #define GRAPHRUN_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr) \
@@ -187,6 +220,7 @@ class [[nodiscard]] Result {
 
 }  // namespace graphrun
 
+/// @cond
 template <>
 struct fmt::formatter<graphrun::Status> : fmt::formatter<std::string_view> {
   template <typename Ctx>
@@ -194,3 +228,4 @@ struct fmt::formatter<graphrun::Status> : fmt::formatter<std::string_view> {
     return fmt::formatter<std::string_view>::format(s.to_string(), ctx);
   }
 };
+/// @endcond

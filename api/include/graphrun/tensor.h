@@ -1,18 +1,20 @@
-// File: graphrun/tensor.h
-// DType, Shape and Tensor: the values that flow along a graph's edges.
-//
-// A Tensor is a typed, shaped, reference-counted view of a 64-byte aligned
-// buffer. Copying a Tensor shares the buffer (cheap); `deep_copy()` does not.
-// Element access is by std::span; Eigen views live in <graphrun/eigen.h>.
-//
-//   Tensor a = Tensor::matrix<float>({{1, 2}, {3, 4}});
-//   Tensor b(3.0f);                        // scalar
-//   Tensor c{1.0f, 2.0f, 3.0f};            // vector of 3 (note: Tensor{3.0f} is a vector)
-//   for (float& v : a.flat<float>()) v *= 2;
-//
-// Thread safety: thread-compatible. Copies of one Tensor may be used from
-// different threads (the reference count is atomic); writing the elements of
-// a shared buffer while another thread reads them is a data race.
+/// @file graphrun/tensor.h
+/// DType, Shape and Tensor: the values that flow along a graph's edges.
+///
+/// A Tensor is a typed, shaped, reference-counted view of a 64-byte aligned
+/// buffer. Copying a Tensor shares the buffer (cheap); `deep_copy()` does not.
+/// Element access is by std::span; Eigen views live in <graphrun/eigen.h>.
+///
+/// @code
+///   Tensor a = Tensor::matrix<float>({{1, 2}, {3, 4}});
+///   Tensor b(3.0f);                        // scalar
+///   Tensor c{1.0f, 2.0f, 3.0f};            // vector of 3 (note: Tensor{3.0f} is a vector)
+///   for (float& v : a.flat<float>()) v *= 2;
+/// @endcode
+///
+/// Thread safety: thread-compatible. Copies of one Tensor may be used from
+/// different threads (the reference count is atomic); writing the elements of
+/// a shared buffer while another thread reads them is a data race.
 #pragma once
 
 #include <graphrun/status.h>
@@ -30,23 +32,26 @@
 
 namespace graphrun {
 
-// Numbered as TensorFlow's DataType so that GraphDefs map directly.
+/// Numbered as TensorFlow's DataType so that GraphDefs map directly.
+/// `fmt::format("{}", dtype)` prints dtype_name().
 enum class DType : uint8_t {
-  kInvalid = 0,
-  kFloat32 = 1,
-  kFloat64 = 2,
-  kInt32 = 3,
-  kInt64 = 9,
-  kBool = 10,
+  kInvalid = 0,  ///< no dtype: an uninitialized tensor
+  kFloat32 = 1,  ///< float
+  kFloat64 = 2,  ///< double
+  kInt32 = 3,    ///< int32_t
+  kInt64 = 9,    ///< int64_t
+  kBool = 10,    ///< bool
 };
 
-// "float32", "float64", "int32", "int64", "bool", "invalid".
+/// "float32", "float64", "int32", "int64", "bool", "invalid".
 std::string_view dtype_name(DType dtype);
-// Bytes per element; 0 for kInvalid.
+/// Bytes per element; 0 for kInvalid.
 std::size_t dtype_size(DType dtype);
-// Parses the names above (and TF's "float", "double"); kInvalid when unknown.
+/// Parses the names above (and TF's "float", "double"); kInvalid when unknown.
 DType dtype_from_name(std::string_view name);
 
+/// The DType of element type T (float, double, int32_t, int64_t, bool);
+/// any other T does not compile.
 template <typename T>
 constexpr DType dtype_of() {
   if constexpr (std::is_same_v<T, float>)
@@ -63,8 +68,8 @@ constexpr DType dtype_of() {
     static_assert(sizeof(T) == 0, "graphrun: unsupported element type");
 }
 
-// Calls fn(T{}) with T the C++ type of `dtype` (float, double, int32_t,
-// int64_t, bool). Returns fn's result; `dtype` must be valid.
+/// Calls fn(T{}) with T the C++ type of `dtype` (float, double, int32_t,
+/// int64_t, bool). Returns fn's result; `dtype` must be valid.
 template <typename Fn>
 decltype(auto) visit_dtype(DType dtype, Fn&& fn) {
   switch (dtype) {
@@ -78,47 +83,59 @@ decltype(auto) visit_dtype(DType dtype, Fn&& fn) {
   internal::check_failed(__FILE__, __LINE__, "visit_dtype", "invalid dtype");
 }
 
-// A tensor shape. Rank may be unknown (for placeholders declared without a
-// shape) and dimensions may be unknown (-1), e.g. [?,784]. Dimensions are
-// stored inline (no heap), up to kMaxRank.
+/// A tensor shape. Rank may be unknown (for placeholders declared without a
+/// shape) and dimensions may be unknown (-1), e.g. [?,784]. Dimensions are
+/// stored inline (no heap), up to kMaxRank. `fmt::format("{}", shape)`
+/// prints to_string().
+///
+/// Thread safety: thread-compatible (a value).
 class Shape {
  public:
-  static constexpr int kMaxRank = 8;
-  static constexpr int64_t kUnknownDim = -1;
+  static constexpr int kMaxRank = 8;          ///< the most dimensions a shape has
+  static constexpr int64_t kUnknownDim = -1;  ///< an unknown dimension, printed as ?
 
-  Shape() = default;                              // a scalar: rank 0, one element
-  Shape(std::initializer_list<int64_t> dims);     // aborts past kMaxRank
-  explicit Shape(std::span<const int64_t> dims);  // aborts past kMaxRank
+  Shape() = default;                              ///< a scalar: rank 0, one element
+  Shape(std::initializer_list<int64_t> dims);     ///< aborts past kMaxRank
+  explicit Shape(std::span<const int64_t> dims);  ///< aborts past kMaxRank
 
-  // Validating constructor for untrusted input: rank <= kMaxRank, every
-  // dimension >= -1, element count does not overflow int64.
+  /// Validating constructor for untrusted input: rank <= kMaxRank, every
+  /// dimension >= -1, element count does not overflow int64.
   static Result<Shape> make(std::span<const int64_t> dims);
+  /// A shape of unknown rank.
   static Shape unknown() {
     Shape s;
     s.rank_ = -1;
     return s;
   }
 
-  // -1 when the rank is unknown.
+  /// -1 when the rank is unknown.
   int rank() const { return rank_; }
+  /// True when the rank is unknown.
   bool is_unknown_rank() const { return rank_ < 0; }
+  ///@{
+  /// Dimension `i` (kUnknownDim when unknown); `i` must be below rank().
   int64_t dim(int i) const { return dims_[static_cast<std::size_t>(i)]; }
   int64_t operator[](int i) const { return dim(i); }
+  ///@}
+  /// The dimensions: empty for a scalar and for an unknown rank.
   std::span<const int64_t> dims() const {
     return {dims_.data(), static_cast<std::size_t>(rank_ < 0 ? 0 : rank_)};
   }
+  /// Sets dimension `i`, which must be below rank().
   void set_dim(int i, int64_t value) { dims_[static_cast<std::size_t>(i)] = value; }
-  void add_dim(int64_t value);  // aborts past kMaxRank
+  void add_dim(int64_t value);  ///< aborts past kMaxRank
 
+  /// True when the rank and every dimension are known.
   bool is_fully_defined() const;
-  // Product of dimensions; -1 when not fully defined.
+  /// Product of dimensions; -1 when not fully defined.
   int64_t num_elements() const;
-  // True if some fully defined shape could match both.
+  /// True if some fully defined shape could match both.
   bool is_compatible_with(const Shape& other) const;
 
-  // "[]", "[2,3]", "[?,3]", "<unknown>".
+  /// "[]", "[2,3]", "[?,3]", "<unknown>".
   std::string to_string() const;
 
+  /// Same rank (known or not) and the same dimensions.
   friend bool operator==(const Shape& a, const Shape& b);
 
  private:
@@ -132,40 +149,53 @@ struct TensorBuffer;
 int64_t tensor_buffers_allocated_by_this_thread();
 }  // namespace internal
 
+/// A typed, shaped, reference-counted view of a 64-byte aligned buffer.
+/// Copying a Tensor shares the buffer (cheap); deep_copy() does not.
+///
+/// Thread safety: thread-compatible. Copies of one Tensor may be used from
+/// different threads (the reference count is atomic); writing the elements
+/// of a shared buffer while another thread reads them is a data race.
 class Tensor {
  public:
-  // An empty, uninitialized tensor (dtype kInvalid). Slots of a step that
-  // were never written hold one.
+  /// An empty, uninitialized tensor (dtype kInvalid). Slots of a step that
+  /// were never written hold one.
   Tensor() = default;
-  // Zero-filled storage. `shape` must be fully defined and the byte size
-  // representable; aborts otherwise (use allocate() for untrusted sizes).
+  /// Zero-filled storage. `shape` must be fully defined and the byte size
+  /// representable; aborts otherwise (use allocate() for untrusted sizes).
   Tensor(DType dtype, const Shape& shape);
-  // Validating form: InvalidArgument for bad shapes, ResourceExhausted when
-  // the allocation fails. Contents are zero.
+  /// Validating form: InvalidArgument for bad shapes, ResourceExhausted when
+  /// the allocation fails. Contents are zero.
   static Result<Tensor> allocate(DType dtype, const Shape& shape);
-  // Storage left uninitialized (kernels that overwrite every element).
+  /// Storage left uninitialized (kernels that overwrite every element).
   static Result<Tensor> allocate_uninitialized(DType dtype, const Shape& shape);
 
-  // Scalars.
+  ///@{
+  /// Scalars.
   Tensor(float v) : Tensor(from_scalar(v)) {}    // NOLINT(google-explicit-constructor)
   Tensor(double v) : Tensor(from_scalar(v)) {}   // NOLINT
   Tensor(int32_t v) : Tensor(from_scalar(v)) {}  // NOLINT
   Tensor(int64_t v) : Tensor(from_scalar(v)) {}  // NOLINT
   Tensor(bool v) : Tensor(from_scalar(v)) {}     // NOLINT
-  // Vectors and matrices from initializer lists.
+  ///@}
+  ///@{
+  /// Vectors and matrices from initializer lists.
   template <typename T>
   Tensor(std::initializer_list<T> values) : Tensor(vector<T>(values)) {}
   template <typename T>
   Tensor(std::initializer_list<std::initializer_list<T>> rows) : Tensor(matrix<T>(rows)) {}
-  // Any shape from a flat list of values, row-major; sizes must agree.
+  ///@}
+  /// Any shape from a flat list of values, row-major; sizes must agree.
   template <typename T>
   Tensor(const Shape& shape, std::initializer_list<T> values)
       : Tensor(from_span(shape, std::span<const T>(values.begin(), values.size()))) {}
 
+  /// A scalar (rank 0) holding `value`.
   template <typename T>
   static Tensor scalar(T value) {
     return from_scalar(value);
   }
+  ///@{
+  /// A vector (rank 1) of `values`.
   template <typename T>
   static Tensor vector(std::initializer_list<T> values) {
     return from_span(Shape{static_cast<int64_t>(values.size())},
@@ -175,33 +205,48 @@ class Tensor {
   static Tensor vector(std::span<const T> values) {
     return from_span(Shape{static_cast<int64_t>(values.size())}, values);
   }
+  ///@}
+  /// A matrix (rank 2) of `rows`, which must all have the same length.
   template <typename T>
   static Tensor matrix(std::initializer_list<std::initializer_list<T>> rows);
-  // Aborts when shape.num_elements() != values.size().
+  /// Aborts when shape.num_elements() != values.size().
   template <typename T>
   static Tensor from_span(const Shape& shape, std::span<const T> values);
-  // Every element equal to `value`.
+  /// Every element equal to `value`.
   template <typename T>
   static Tensor filled(const Shape& shape, T value);
 
+  ///@{
+  /// Copies share the buffer; a moved-from tensor is empty (uninitialized).
   Tensor(const Tensor& other) noexcept;
   Tensor(Tensor&& other) noexcept;
   Tensor& operator=(const Tensor& other) noexcept;
   Tensor& operator=(Tensor&& other) noexcept;
+  ///@}
   ~Tensor();
 
+  /// False for an empty tensor (dtype kInvalid).
   bool is_initialized() const { return dtype_ != DType::kInvalid; }
+  /// The element type.
   DType dtype() const { return dtype_; }
+  /// The shape (always fully defined).
   const Shape& shape() const { return shape_; }
+  /// The number of elements.
   int64_t num_elements() const { return num_elements_; }
+  /// The size of the elements in bytes.
   std::size_t byte_size() const {
     return static_cast<std::size_t>(num_elements_) * dtype_size(dtype_);
   }
 
+  ///@{
+  /// The first element's address (64-byte aligned), untyped; null for an
+  /// empty tensor.
   void* raw_data();
   const void* raw_data() const;
+  ///@}
 
-  // Typed element access, row-major. Aborts when T does not match dtype().
+  ///@{
+  /// Typed element access, row-major. Aborts when T does not match dtype().
   template <typename T>
   std::span<T> flat() {
     check_type(dtype_of<T>());
@@ -212,7 +257,8 @@ class Tensor {
     check_type(dtype_of<T>());
     return {static_cast<const T*>(raw_data()), static_cast<std::size_t>(num_elements_)};
   }
-  // The single element of a one-element tensor.
+  ///@}
+  /// The single element of a one-element tensor.
   template <typename T>
   T scalar() const {
     check_type(dtype_of<T>());
@@ -220,26 +266,28 @@ class Tensor {
     return *static_cast<const T*>(raw_data());
   }
 
-  // True when this tensor is the only reference to its buffer, so a kernel
-  // may write it in place (copy-on-write).
+  /// True when this tensor is the only reference to its buffer, so a kernel
+  /// may write it in place (copy-on-write).
   bool is_sole_owner() const;
+  /// True when both tensors view the same buffer.
   bool shares_buffer_with(const Tensor& other) const { return buffer_ == other.buffer_; }
-  // A new buffer with the same contents.
+  /// A new buffer with the same contents.
   Tensor deep_copy() const;
-  // Same buffer, another shape with the same number of elements.
+  /// Same buffer, another shape with the same number of elements.
   Result<Tensor> reshaped(const Shape& shape) const;
 
-  // Same dtype, shape and elements (bitwise for floats, but +0 == -0, and
-  // NaN != NaN).
+  /// Same dtype, shape and elements (bitwise for floats, but +0 == -0, and
+  /// NaN != NaN).
   bool equals(const Tensor& other) const;
-  // Same dtype and shape, and |a - b| <= atol + rtol * |b| elementwise.
+  /// Same dtype and shape, and |a - b| <= atol + rtol * |b| elementwise.
   bool all_close(const Tensor& other, double rtol = 1e-5, double atol = 1e-8) const;
 
-  // "float32[2,2] [[1, 2], [3, 4]]", elided past `max_elements`.
+  /// "float32[2,2] [[1, 2], [3, 4]]", elided past `max_elements`.
   std::string to_string(int64_t max_elements = 32) const;
-  // "float32[2,2]".
+  /// "float32[2,2]".
   std::string debug_type() const;
 
+  /// equals().
   friend bool operator==(const Tensor& a, const Tensor& b) { return a.equals(b); }
 
  private:
@@ -257,11 +305,16 @@ class Tensor {
   int64_t num_elements_ = 0;
 };
 
-// gtest prints tensors with this.
+///@{
+/// gtest prints tensors with this.
 void PrintTo(const Tensor& t, std::ostream* os);
 void PrintTo(const Shape& s, std::ostream* os);
+///@}
+///@{
+/// Writes to_string().
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 std::ostream& operator<<(std::ostream& os, const Shape& s);
+///@}
 
 template <typename T>
 Tensor Tensor::from_span(const Shape& shape, std::span<const T> values) {
@@ -296,15 +349,16 @@ Tensor Tensor::filled(const Shape& shape, T value) {
   return t;
 }
 
-// Gives back to the system the memory the allocators behind tensors and
-// graphs keep cached after it was freed (tbbmalloc's buffers, the free top
-// of glibc's heaps): freed memory otherwise stays in the process's
-// resident set. Takes milliseconds; a server calls it after closing a
-// large session. Thread-safe.
+/// Gives back to the system the memory the allocators behind tensors and
+/// graphs keep cached after it was freed (tbbmalloc's buffers, the free top
+/// of glibc's heaps): freed memory otherwise stays in the process's
+/// resident set. Takes milliseconds; a server calls it after closing a
+/// large session. Thread-safe.
 void release_cached_memory();
 
 }  // namespace graphrun
 
+/// @cond
 template <>
 struct fmt::formatter<graphrun::Shape> : fmt::formatter<std::string_view> {
   template <typename Ctx>
@@ -319,3 +373,4 @@ struct fmt::formatter<graphrun::DType> : fmt::formatter<std::string_view> {
     return fmt::formatter<std::string_view>::format(graphrun::dtype_name(d), ctx);
   }
 };
+/// @endcond

@@ -1,24 +1,24 @@
-// File: graphrun/session_service.h
-// The gRPC SessionService (proto/graphrun/v1/session_service.proto) over a
-// SessionRegistry, on gRPC's callback API. Each RPC decodes its request,
-// makes one registry call and encodes the answer:
-// * feeds are decoded by name with tensor_from_proto (an error names the
-//   feed); fetches are returned in request order with tensor_to_proto;
-// * the call's gRPC deadline becomes RunOptions::timeout (the smaller of it
-//   and the request's timeout_ms), so a step past it is DEADLINE_EXCEEDED;
-// * a client's cancellation (or its deadline passing) stops the step at the
-//   next node boundary (RunOptions::stop_token): a partial run is then
-//   cancelled as a whole;
-// * a graphrun Status becomes a grpc::Status with the same code and its
-//   message capped at kMaxStatusMessageBytes (cap_status_message).
-// Run and PartialRun steps run on threads of the service's own (a handler
-// returns its reactor at once, so that gRPC can deliver a cancellation and
-// its callback threads never block); the other RPCs are short and run on
-// the gRPC callback thread. The handling itself (parsing with limits,
-// checks, the registry call) is transport-free (service/src/request_handler.h).
-//
-// Most users want graphrun/server.h, which builds a configured server
-// around this service.
+/// @file graphrun/session_service.h
+/// The gRPC SessionService (proto/graphrun/v1/session_service.proto) over a
+/// SessionRegistry, on gRPC's callback API. Each RPC decodes its request,
+/// makes one registry call and encodes the answer:
+/// * feeds are decoded by name with tensor_from_proto (an error names the
+///   feed); fetches are returned in request order with tensor_to_proto;
+/// * the call's gRPC deadline becomes RunOptions::timeout (the smaller of it
+///   and the request's timeout_ms), so a step past it is DEADLINE_EXCEEDED;
+/// * a client's cancellation (or its deadline passing) stops the step at the
+///   next node boundary (RunOptions::stop_token): a partial run is then
+///   cancelled as a whole;
+/// * a graphrun Status becomes a grpc::Status with the same code and its
+///   message capped at kMaxStatusMessageBytes (cap_status_message).
+/// Run and PartialRun steps run on threads of the service's own (a handler
+/// returns its reactor at once, so that gRPC can deliver a cancellation and
+/// its callback threads never block); the other RPCs are short and run on
+/// the gRPC callback thread. The handling itself (parsing with limits,
+/// checks, the registry call) is transport-free (service/src/request_handler.h).
+///
+/// Most users want graphrun/server.h, which builds a configured server
+/// around this service.
 #pragma once
 
 #include <graphrun/session_registry.h>
@@ -38,26 +38,26 @@ class CallExecutor;
 class RequestHandler;
 }  // namespace service_internal
 
-// Longest status message sent to a client. gRPC carries the message in
-// metadata; a client's default metadata limit turns a longer one into
-// RESOURCE_EXHAUSTED "received initial metadata size exceeds limit" and the
-// real code and text are lost (docs/issue-5-service.md).
+/// Longest status message sent to a client. gRPC carries the message in
+/// metadata; a client's default metadata limit turns a longer one into
+/// RESOURCE_EXHAUSTED "received initial metadata size exceeds limit" and the
+/// real code and text are lost (docs/service.md).
 inline constexpr std::size_t kMaxStatusMessageBytes = 4096;
 
-// `message` if it fits in `max_bytes`; else its head (which names the node
-// and op) followed by "... (N bytes cut)", `max_bytes` in all, cut at a
-// UTF-8 character boundary. Thread-safe.
+/// `message` if it fits in `max_bytes`; else its head (which names the node
+/// and op) followed by "... (N bytes cut)", `max_bytes` in all, cut at a
+/// UTF-8 character boundary. Thread-safe.
 std::string cap_status_message(std::string_view message,
                                std::size_t max_bytes = kMaxStatusMessageBytes);
 
-// `status` as a grpc::Status: the same code, the capped message.
-// Thread-safe.
+/// `status` as a grpc::Status: the same code, the capped message.
+/// Thread-safe.
 grpc::Status to_grpc_status(const Status& status);
 
-// The SessionService with every method on raw bytes (grpc::ByteBuffer):
-// requests are parsed by the service itself, with explicit limits, so that
-// an unparseable request is INVALID_ARGUMENT saying why (gRPC's own
-// deserialization answers UNIMPLEMENTED with no message).
+/// The SessionService with every method on raw bytes (grpc::ByteBuffer):
+/// requests are parsed by the service itself, with explicit limits, so that
+/// an unparseable request is INVALID_ARGUMENT saying why (gRPC's own
+/// deserialization answers UNIMPLEMENTED with no message).
 using RawSessionService = v1::SessionService::WithRawCallbackMethod_CreateSession<
     v1::SessionService::WithRawCallbackMethod_ExtendSession<
         v1::SessionService::WithRawCallbackMethod_Run<
@@ -68,27 +68,32 @@ using RawSessionService = v1::SessionService::WithRawCallbackMethod_CreateSessio
                             v1::SessionService::WithRawCallbackMethod_ListSessions<
                                 v1::SessionService::Service>>>>>>>>;
 
-// The service. Register it with a grpc::ServerBuilder (RegisterService).
-// Every request is parsed with a nesting limit of 100 (and the server's
-// message size limit); a request that does not parse is INVALID_ARGUMENT
-// naming the message and, when protobuf says it, the reason (a string
-// field with invalid UTF-8 names the field). No exception leaves a
-// handler: each becomes a status with a message.
-// Thread safety: thread-safe; gRPC calls its methods from many threads at
-// once. Borrows `registry`, which must outlive the server it is registered
-// with. Destroy the service after the server (its destructor waits for the
-// steps still running).
+/// The service. Register it with a grpc::ServerBuilder (RegisterService).
+/// Every request is parsed with a nesting limit of 100 (and the server's
+/// message size limit); a request that does not parse is INVALID_ARGUMENT
+/// naming the message and, when protobuf says it, the reason (a string
+/// field with invalid UTF-8 names the field). No exception leaves a
+/// handler: each becomes a status with a message.
+///
+/// Thread safety: thread-safe; gRPC calls its methods from many threads at
+/// once. Borrows `registry`, which must outlive the server it is registered
+/// with. Destroy the service after the server (its destructor waits for the
+/// steps still running).
 class SessionServiceImpl final : public RawSessionService {
  public:
-  // Steps of at most `max_step_threads` calls run at once; more queue.
+  /// Steps of at most `max_step_threads` calls run at once; more queue.
   explicit SessionServiceImpl(SessionRegistry& registry, std::size_t max_step_threads = 256);
   ~SessionServiceImpl() override;
   SessionServiceImpl(const SessionServiceImpl&) = delete;
   SessionServiceImpl& operator=(const SessionServiceImpl&) = delete;
 
-  using Reactor = grpc::ServerUnaryReactor;
-  using Context = grpc::CallbackServerContext;
-  using Bytes = grpc::ByteBuffer;
+  using Reactor = grpc::ServerUnaryReactor;     ///< gRPC's unary callback reactor
+  using Context = grpc::CallbackServerContext;  ///< gRPC's per-call context
+  using Bytes = grpc::ByteBuffer;               ///< a serialized message
+  ///@{
+  /// An RPC handler, called by gRPC: parses `request`, makes one registry
+  /// call and writes `response`. Run and PartialRun return their reactor at
+  /// once and run the step on the service's own threads.
   Reactor* CreateSession(Context* context, const Bytes* request, Bytes* response) override;
   Reactor* ExtendSession(Context* context, const Bytes* request, Bytes* response) override;
   Reactor* Run(Context* context, const Bytes* request, Bytes* response) override;
@@ -97,6 +102,7 @@ class SessionServiceImpl final : public RawSessionService {
   Reactor* CancelPartialRun(Context* context, const Bytes* request, Bytes* response) override;
   Reactor* CloseSession(Context* context, const Bytes* request, Bytes* response) override;
   Reactor* ListSessions(Context* context, const Bytes* request, Bytes* response) override;
+  ///@}
 
  private:
   std::unique_ptr<service_internal::RequestHandler> handler_;  // borrows the registry
