@@ -15,6 +15,7 @@ packages=(
   libopenblas-serial-dev  # bench/ops/gemm_bench.cc: the GEMM baseline (bench only)
   python3-numpy  # tests/tools: cross-checks graphrun's .npy files with NumPy
   graphviz       # tests/tools: graphrun dot --svg renders with its dot (about 5 MB)
+  doxygen        # the API reference: cmake --build <dir> --target docs (docs/Doxyfile.in)
   clang-format clang-tidy
   # The Python client test (tests/service/python), run by Debian's /usr/bin/python3.
   python3-grpcio python3-protobuf

@@ -8,8 +8,10 @@
 #
 # format:  clang-format check (tools/scripts/format.sh --check) and the
 #          documentation link check (tools/scripts/check-links.sh).
-# release: the `release` preset with -DGRAPHRUN_WERROR=ON, every test (all
-#          labels), then the install test among them.
+# release: the `release` preset with -DGRAPHRUN_WERROR=ON, the API
+#          reference (target docs: Doxygen, warnings are errors; skipped
+#          without doxygen, except in CI), every test (all labels), then the
+#          install test among them.
 # asan:    the `asan` preset (ASan + UBSan), every test.
 # tsan:    the `tsan` preset against a TSan-built oneTBB
 #          (tools/scripts/build-tbb-tsan.sh, cached in ~/.cache/graphrun or
@@ -71,6 +73,20 @@ run_ctest() {
   return "$rc"
 }
 
+# The API reference of a configured build tree. The tree has a `docs`
+# target only when configure found doxygen; CI (CI=true) requires it.
+build_docs() {
+  local preset=$1
+  if grep -q '^GRAPHRUN_DOCS_TARGET:INTERNAL=ON$' "build/$preset/CMakeCache.txt"; then
+    cmake --build --preset "$preset" --target docs
+  elif [[ "${CI:-}" == true ]]; then
+    echo "test.sh: doxygen was not found for build/$preset, and CI builds the API reference" >&2
+    exit 1
+  else
+    echo "test.sh: doxygen not found: no API reference (tools/scripts/install-deps.sh installs it)"
+  fi
+}
+
 configure_and_build() {
   local preset=$1
   shift
@@ -96,6 +112,7 @@ for s in "${stages[@]}"; do
       ;;
     release)
       configure_and_build release -DGRAPHRUN_WERROR=ON
+      build_docs release
       run_ctest release
       ;;
     asan)
