@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "scheduler/async_run.h"
 #include "scheduler/session_impl.h"
 
 namespace graphrun::sched {
@@ -104,11 +105,8 @@ Status PartialRun::check_usable() const {
   return end_status_.is_ok() ? invalid_argument("partial run {} is complete", id_) : end_status_;
 }
 
-Result<std::vector<Tensor>> PartialRun::call(const FeedList& feeds,
-                                             const std::vector<TensorRef>& fetches,
-                                             const std::vector<TargetRef>& targets,
-                                             const RunOptions& options, RunMetadata* metadata) {
-  std::unique_lock call_lock(call_mu_, std::try_to_lock);
+Result<SessionImpl*> PartialRun::lock_for_call(std::unique_lock<CallLock>& call_lock) {
+  call_lock = std::unique_lock<CallLock>(call_mu_, std::try_to_lock);
   if (!call_lock.owns_lock()) {
     // Held by a cancellation ending the run (close, cancel_partial_run, the
     // idle sweep), or by a call that failed or was cancelled and is ending
@@ -120,16 +118,6 @@ Result<std::vector<Tensor>> PartialRun::call(const FeedList& feeds,
     GRAPHRUN_RETURN_IF_ERROR(check_usable());
   }
   touch();
-  // Whatever happens below, a run cancelled while this call held the lock is
-  // ended before the lock goes.
-  struct EndIfCancelled {
-    PartialRun* run;
-    ~EndIfCancelled() {
-      if (!run->ended_.load() && run->instance_ != nullptr && run->instance_->state().failed()) {
-        run->end(run->instance_->state().status());
-      }
-    }
-  } end_if_cancelled{this};
   GRAPHRUN_RETURN_IF_ERROR(check_usable());
   SessionImpl* session = nullptr;
   {
@@ -140,12 +128,26 @@ Result<std::vector<Tensor>> PartialRun::call(const FeedList& feeds,
   GRAPHRUN_RETURN_IF_ERROR(session->check_open());
   RunState& state = instance_->state();
   if (state.failed()) return state.status();
+  return session;
+}
 
+void PartialRun::end_if_failed() {
+  // A run cancelled while a call held the lock is ended before the lock goes.
+  if (!ended_.load() && instance_ != nullptr && instance_->state().failed()) {
+    end(instance_->state().status());
+  }
+}
+
+Result<PartialRun::CallSteps> PartialRun::resolve_call(SessionImpl* session, const FeedList& feeds,
+                                                       const std::vector<TensorRef>& fetches,
+                                                       const std::vector<TargetRef>& targets,
+                                                       const RunOptions& options, bool traced) {
   // Resolve and check everything before touching the step: misuse leaves the
   // run as it was.
   const std::size_t n_fetches = signature_.fetches.size();
-  std::vector<int> feed_ids;
-  feed_ids.reserve(feeds.size());
+  CallSteps steps;
+  steps.feed_ids.reserve(feeds.size());
+  steps.feed_values.reserve(feeds.size());
   for (const Feed& f : feeds) {
     GRAPHRUN_ASSIGN_OR_RETURN(Output o, session->resolve_tensor(f.tensor));
     auto it = std::find(signature_.feeds.begin(), signature_.feeds.end(), o);
@@ -154,13 +156,13 @@ Result<std::vector<Tensor>> PartialRun::call(const FeedList& feeds,
     }
     const auto id = static_cast<int>(it - signature_.feeds.begin());
     if (fed_[static_cast<std::size_t>(id)] != 0 ||
-        std::find(feed_ids.begin(), feed_ids.end(), id) != feed_ids.end()) {
+        std::find(steps.feed_ids.begin(), steps.feed_ids.end(), id) != steps.feed_ids.end()) {
       return invalid_argument("The feed '{}' has already been fed.", o.name());
     }
-    feed_ids.push_back(id);
+    steps.feed_ids.push_back(id);
+    steps.feed_values.push_back(f.value);
   }
-  std::vector<int> fetch_ids;
-  fetch_ids.reserve(fetches.size());
+  steps.fetch_ids.reserve(fetches.size());
   for (const TensorRef& f : fetches) {
     GRAPHRUN_ASSIGN_OR_RETURN(Output o, session->resolve_tensor(f));
     auto it = std::find(signature_.fetches.begin(), signature_.fetches.end(), o);
@@ -171,7 +173,7 @@ Result<std::vector<Tensor>> PartialRun::call(const FeedList& feeds,
     if (fetched_[static_cast<std::size_t>(id)] != 0) {
       return invalid_argument("The fetch '{}' has already been fetched.", o.name());
     }
-    fetch_ids.push_back(id);
+    steps.fetch_ids.push_back(id);
   }
   std::vector<int> target_ids;
   for (const TargetRef& t : targets) {
@@ -184,7 +186,7 @@ Result<std::vector<Tensor>> PartialRun::call(const FeedList& feeds,
   }
   auto will_be_fed = [&](int f) {
     return fed_[static_cast<std::size_t>(f)] != 0 ||
-           std::find(feed_ids.begin(), feed_ids.end(), f) != feed_ids.end();
+           std::find(steps.feed_ids.begin(), steps.feed_ids.end(), f) != steps.feed_ids.end();
   };
   auto check_computable = [&](const std::vector<int32_t>& needs,
                               const std::string& what) -> Status {
@@ -200,7 +202,7 @@ Result<std::vector<Tensor>> PartialRun::call(const FeedList& feeds,
         "{} can't be computed from the feeds that have been fed so far: {} still missing", what,
         missing);
   };
-  for (int k : fetch_ids) {
+  for (int k : steps.fetch_ids) {
     GRAPHRUN_RETURN_IF_ERROR(check_computable(
         plan_.fetch_needs[static_cast<std::size_t>(k)],
         fmt::format("Fetch '{}'", signature_.fetches[static_cast<std::size_t>(k)].name())));
@@ -211,19 +213,19 @@ Result<std::vector<Tensor>> PartialRun::call(const FeedList& feeds,
         fmt::format("Target '{}'", signature_.targets[static_cast<std::size_t>(t)]->name())));
   }
   for (std::size_t i = 0; i < feeds.size(); ++i) {
-    GRAPHRUN_RETURN_IF_ERROR(
-        SessionImpl::check_feed(plan_, static_cast<std::size_t>(feed_ids[i]), feeds[i].value));
+    GRAPHRUN_RETURN_IF_ERROR(SessionImpl::check_feed(
+        plan_, static_cast<std::size_t>(steps.feed_ids[i]), feeds[i].value));
   }
 
   // What this call waits for: its fetches and targets; once every fetch is
   // out, also every declared target, so that the run completes.
-  std::vector<int> awaited;
-  for (int k : fetch_ids) awaited.push_back(k);
+  std::vector<int>& awaited = steps.awaited;
+  for (int k : steps.fetch_ids) awaited.push_back(k);
   for (int t : target_ids) awaited.push_back(static_cast<int>(n_fetches) + t);
   bool last_fetches = true;
   for (std::size_t k = 0; k < n_fetches; ++k) {
-    if (fetched_[k] == 0 &&
-        std::find(fetch_ids.begin(), fetch_ids.end(), static_cast<int>(k)) == fetch_ids.end()) {
+    if (fetched_[k] == 0 && std::find(steps.fetch_ids.begin(), steps.fetch_ids.end(),
+                                      static_cast<int>(k)) == steps.fetch_ids.end()) {
       last_fetches = false;
     }
   }
@@ -235,54 +237,59 @@ Result<std::vector<Tensor>> PartialRun::call(const FeedList& feeds,
   // the first handle, and with it the wait.
   std::sort(awaited.begin(), awaited.end());
   awaited.erase(std::unique(awaited.begin(), awaited.end()), awaited.end());
+  steps.traced = traced;
+  if (options.timeout) {
+    steps.timeout = *options.timeout;
+    steps.deadline = std::chrono::steady_clock::now() + *options.timeout;
+  }
+  return steps;
+}
 
-  state.set_trace(options.trace && metadata != nullptr);
+void PartialRun::StopCall::operator()() const {
+  run->record_error(cancelled("partial run {}: the call was cancelled by its caller", run->id_));
+}
+
+void PartialRun::act(SessionImpl* session, CallSteps& steps, const std::stop_token& stop) {
+  RunState& state = instance_->state();
+  state.set_trace(steps.traced);
+  // Admitted: from here on the call acts on the run.
+  for (std::size_t i = 0; i < steps.feed_ids.size(); ++i) {
+    state.set_feed(steps.feed_ids[i], std::move(steps.feed_values[i]));
+    fed_[static_cast<std::size_t>(steps.feed_ids[i])] = 1;
+  }
+  if (steps.deadline) {
+    steps.deadline_timer =
+        session->timer().schedule(*steps.deadline, [this, timeout = steps.timeout] {
+          // Cancelled before the call concludes, so `this` is alive.
+          record_error(deadline_exceeded("partial run {}: the call's deadline of {} ms expired",
+                                         id_, timeout.count()));
+        });
+  }
   // A stop requested while this call is in progress cancels the run.
-  struct StopCall {
-    PartialRun* run;
-    void operator()() const {
-      run->record_error(
-          cancelled("partial run {}: the call was cancelled by its caller", run->id_));
-    }
-  };
-  std::optional<std::stop_callback<StopCall>> on_stop;
-  Timer::Id deadline_timer = 0;
-  std::optional<std::chrono::steady_clock::time_point> deadline;
-  if (options.timeout) deadline = std::chrono::steady_clock::now() + *options.timeout;
-  const Status admitted = session->run_step(
-      plan_, options.trace && metadata != nullptr,
-      session->wait_limits(deadline, options.stop_token), [&] {
-        // Admitted: from here on the call acts on the run.
-        for (std::size_t i = 0; i < feeds.size(); ++i) {
-          state.set_feed(feed_ids[i], feeds[i].value);
-          fed_[static_cast<std::size_t>(feed_ids[i])] = 1;
-        }
-        if (deadline) {
-          deadline_timer = session->timer().schedule(*deadline, [this, timeout = *options.timeout] {
-            // Cancelled before the call returns, so `this` is alive.
-            record_error(deadline_exceeded("partial run {}: the call's deadline of {} ms expired",
-                                           id_, timeout.count()));
-          });
-        }
-        if (options.stop_token.stop_possible()) on_stop.emplace(options.stop_token, StopCall{this});
-        if (plan_.run_inline) {
-          // Every node the feeds make ready runs before put_feed returns.
-          for (int f : feed_ids) instance_->put_feed(f);
-          return;
-        }
-        for (int k : awaited) install_waiter(k);
-        // seq_cst read after installing (see RunState::record_error): an error
-        // recorded before the handles existed is seen here.
-        if (state.failed()) on_error();
-        for (int f : feed_ids) instance_->put_feed(f);
-        group_->wait();
-      });
+  if (stop.stop_possible())
+    steps.on_stop = std::make_unique<std::stop_callback<StopCall>>(stop, StopCall{this});
+  if (plan_.run_inline) {
+    // Every node the feeds make ready runs before put_feed returns.
+    for (int f : steps.feed_ids) instance_->put_feed(f);
+    return;
+  }
+  for (int k : steps.awaited) install_waiter(k);
+  // seq_cst read after installing (see RunState::record_error): an error
+  // recorded before the handles existed is seen here.
+  if (state.failed()) on_error();
+  for (int f : steps.feed_ids) instance_->put_feed(f);
+  group_->wait();
+}
+
+Result<std::vector<Tensor>> PartialRun::conclude(SessionImpl* session, CallSteps& steps,
+                                                 const Status& admitted, RunMetadata* metadata) {
+  RunState& state = instance_->state();
   // No thread came in time: the call's deadline, its stop or close() ended
   // the wait, and ends the run as it would have ended the step.
   if (!admitted.is_ok()) record_error(admitted);
-  if (deadline_timer != 0) session->timer().cancel(deadline_timer);
-  on_stop.reset();  // waits for a callback running on another thread
-  if (metadata != nullptr && options.trace) state.collect_new_stats(*metadata);
+  if (steps.deadline_timer != 0) session->timer().cancel(steps.deadline_timer);
+  steps.on_stop.reset();  // waits for a callback running on another thread
+  if (metadata != nullptr && steps.traced) state.collect_new_stats(*metadata);
 
   Status status = state.status();
   if (!status.is_ok()) {
@@ -290,8 +297,9 @@ Result<std::vector<Tensor>> PartialRun::call(const FeedList& feeds,
     return status;
   }
   std::vector<Tensor> out;
-  out.reserve(fetch_ids.size());
-  for (int k : fetch_ids) {
+  out.reserve(steps.fetch_ids.size());
+  const std::size_t n_fetches = signature_.fetches.size();
+  for (int k : steps.fetch_ids) {
     GRAPHRUN_CHECK(ready_[k].load() == 2);
     out.push_back(state.fetch_value(k));
     fetched_[static_cast<std::size_t>(k)] = 1;
@@ -302,6 +310,121 @@ Result<std::vector<Tensor>> PartialRun::call(const FeedList& feeds,
   }
   if (complete) end(Status::ok());
   return out;
+}
+
+Result<std::vector<Tensor>> PartialRun::call(const FeedList& feeds,
+                                             const std::vector<TensorRef>& fetches,
+                                             const std::vector<TargetRef>& targets,
+                                             const RunOptions& options, RunMetadata* metadata) {
+  std::unique_lock<CallLock> call_lock;
+  Result<SessionImpl*> locked = lock_for_call(call_lock);
+  struct EndIfFailed {
+    PartialRun* run;
+    bool armed;
+    ~EndIfFailed() {
+      if (armed) run->end_if_failed();
+    }
+  } end_if_failed{this, call_lock.owns_lock()};
+  if (!locked.is_ok()) return locked.status();
+  SessionImpl* session = *locked;
+  const bool traced = options.trace && metadata != nullptr;
+  GRAPHRUN_ASSIGN_OR_RETURN(CallSteps steps,
+                            resolve_call(session, feeds, fetches, targets, options, traced));
+  const Status admitted =
+      session->run_step(plan_, traced, session->wait_limits(steps.deadline, options.stop_token),
+                        [&] { act(session, steps, options.stop_token); });
+  return conclude(session, steps, admitted, metadata);
+}
+
+// One asynchronous partial_run call: checked on the calling thread,
+// queued for a permit like a run, then acted out by a worker of the pool's
+// asynchronous arena, which enters the run's arena as its caller would.
+// Holds the run's call lock from the check to the report.
+class PartialRun::AsyncCall final : public QueuedCall {
+ public:
+  AsyncCall(SessionImpl* session, std::shared_ptr<PartialRun> run,
+            std::unique_lock<CallLock> call_lock, CallSteps steps, const RunOptions& options,
+            RunDone done)
+      : QueuedCall(session, steps.deadline, options.stop_token),
+        run_(std::move(run)),
+        call_lock_(std::move(call_lock)),
+        steps_(std::move(steps)),
+        done_(std::move(done)),
+        call_stripe_(session->add_call()) {
+    if (steps_.traced) metadata_.emplace();
+  }
+
+ private:
+  ~AsyncCall() = default;
+
+  void admitted(bool /*at_once*/) override {
+    pool_->submit([this] { act(); });
+  }
+
+  void rejected(Status why) override {
+    drop_stop();
+    report(run_->conclude(session_, steps_, why, nullptr));
+  }
+
+  void act() {
+    // The run's flow graph lives in the pool's (blocking) arena: act there
+    // as a blocking caller would, holding the permit this call was given.
+    pool_->arena.execute([&] {
+      const ThreadPool::Impl::Inside inside(pool_);
+      const ThreadPool::Impl::InArena in_arena(pool_);
+      session_->finish_kept_runs();
+      run_->act(session_, steps_, stop_token_);
+    });
+    pool_->permits().release();
+    drop_stop();
+    report(run_->conclude(session_, steps_, Status::ok(), metadata_ ? &*metadata_ : nullptr));
+  }
+
+  void report(Result<std::vector<Tensor>> result) {
+    run_->end_if_failed();
+    call_lock_.unlock();  // before done: it may call this run again
+    RunDone done = std::move(done_);
+    if (done) done(std::move(result), metadata_ ? &*metadata_ : nullptr);
+    SessionImpl* const session = session_;
+    const std::size_t stripe = call_stripe_;
+    delete this;
+    session->remove_call(stripe);
+  }
+
+  std::shared_ptr<PartialRun> run_;
+  std::unique_lock<CallLock> call_lock_;
+  CallSteps steps_;
+  RunDone done_;
+  std::optional<RunMetadata> metadata_;
+  std::size_t call_stripe_;
+};
+
+void PartialRun::call_async(const FeedList& feeds, const std::vector<TensorRef>& fetches,
+                            const std::vector<TargetRef>& targets, const RunOptions& options,
+                            RunDone done) {
+  auto fail = [&](const Status& why) {
+    if (done) done(why, nullptr);
+  };
+  std::unique_lock<CallLock> call_lock;
+  Result<SessionImpl*> locked = lock_for_call(call_lock);
+  if (!locked.is_ok()) {
+    if (call_lock.owns_lock()) {
+      end_if_failed();
+      call_lock.unlock();
+    }
+    return fail(locked.status());
+  }
+  SessionImpl* session = *locked;
+  Result<CallSteps> steps =
+      resolve_call(session, feeds, fetches, targets, options, /*traced=*/options.trace);
+  if (!steps.is_ok()) {
+    end_if_failed();
+    call_lock.unlock();
+    return fail(steps.status());
+  }
+  auto* call = new AsyncCall(session, shared_from_this(), std::move(call_lock), std::move(*steps),
+                             options, std::move(done));
+  call->admit();
 }
 
 void PartialRun::end(const Status& status) {

@@ -1,5 +1,5 @@
 // PartialRun: one execution of a plan spread over several partial_run()
-// calls (docs/issue-3-partial-runs.md). Owns a flow-graph instance from the
+// calls (docs/partial-runs.md). Owns a flow-graph instance from the
 // plan's pool for its whole life; nodes run as soon as their inputs exist;
 // a node that needs a feed not yet given stays pending in its continue_node.
 #pragma once
@@ -13,6 +13,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <semaphore>
 #include <stop_token>
 #include <string>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "scheduler/plan.h"
 #include "scheduler/plan_cache.h"
 #include "scheduler/run_state.h"
+#include "scheduler/timer.h"
 
 namespace graphrun::sched {
 
@@ -51,6 +53,11 @@ class PartialRun final : public StepListener, public std::enable_shared_from_thi
   Result<std::vector<Tensor>> call(const FeedList& feeds, const std::vector<TensorRef>& fetches,
                                    const std::vector<TargetRef>& targets, const RunOptions& options,
                                    RunMetadata* metadata);
+  // The same, asynchronously (Session::partial_run_async): misuse is
+  // reported on the calling thread; the call holds the run's call lock
+  // until its done.
+  void call_async(const FeedList& feeds, const std::vector<TensorRef>& fetches,
+                  const std::vector<TargetRef>& targets, const RunOptions& options, RunDone done);
 
   // Ends the run with `why` (Cancelled, DeadlineExceeded, ...) from any
   // thread. A call in progress returns `why`.
@@ -76,6 +83,54 @@ class PartialRun final : public StepListener, public std::enable_shared_from_thi
   void on_error() override;
 
  private:
+  // Serializes calls. A semaphore, not a mutex: an asynchronous call takes
+  // it on the calling thread and lets go of it on the one that reports.
+  class CallLock {
+   public:
+    void lock() { sem_.acquire(); }
+    bool try_lock() { return sem_.try_acquire(); }
+    void unlock() { sem_.release(); }
+
+   private:
+    std::binary_semaphore sem_{1};
+  };
+  // A call's stop registration (cancels the run).
+  struct StopCall {
+    PartialRun* run;
+    void operator()() const;
+  };
+  // One call, resolved and checked; then its deadline timer and stop
+  // registration while it acts.
+  struct CallSteps {
+    std::vector<int> feed_ids;
+    std::vector<Tensor> feed_values;
+    std::vector<int> fetch_ids;
+    std::vector<int> awaited;  // fetches, then fetches + target, to wait for
+    bool traced = false;
+    std::chrono::milliseconds timeout{0};
+    std::optional<std::chrono::steady_clock::time_point> deadline;
+    Timer::Id deadline_timer = 0;
+    std::unique_ptr<std::stop_callback<StopCall>> on_stop;  // not movable: behind a pointer
+  };
+  class AsyncCall;
+
+  // Takes the call lock (misuse and a run that ended fail), returns the
+  // session.
+  Result<SessionImpl*> lock_for_call(std::unique_lock<CallLock>& call_lock);
+  Result<CallSteps> resolve_call(SessionImpl* session, const FeedList& feeds,
+                                 const std::vector<TensorRef>& fetches,
+                                 const std::vector<TargetRef>& targets, const RunOptions& options,
+                                 bool traced);
+  // Puts the feeds and waits, helping, for what the call awaits (inside
+  // the arena, a permit held).
+  void act(SessionImpl* session, CallSteps& steps, const std::stop_token& stop);
+  // After act (or an admission that failed with `admitted`): the fetches,
+  // or the error that ended the run.
+  Result<std::vector<Tensor>> conclude(SessionImpl* session, CallSteps& steps,
+                                       const Status& admitted, RunMetadata* metadata);
+  // Ends a run that failed while the caller held the call lock.
+  void end_if_failed();
+
   // Ends the run (status OK: complete): drains pending nodes when it did not
   // complete, returns the instance, unregisters. Requires call_mu_.
   void end(const Status& status);
@@ -98,7 +153,7 @@ class PartialRun final : public StepListener, public std::enable_shared_from_thi
   std::unique_ptr<FlowInstance> instance_;
   std::mutex instance_mu_;
 
-  std::mutex call_mu_;
+  CallLock call_mu_;
   std::vector<char> fed_;      // per feed; guarded by call_mu_
   std::vector<char> fetched_;  // per fetch; guarded by call_mu_
   Status end_status_;          // guarded by call_mu_; why the run ended

@@ -23,7 +23,8 @@ namespace graphrun::sched {
 // are flow graphs).
 struct PlanEntry : std::enable_shared_from_this<PlanEntry> {
   std::shared_ptr<const Plan> plan;
-  InstancePool pool;
+  InstancePool pool;                   // built in the pool's arena (blocking steps, partial runs)
+  InstancePool async_pool;             // built in its asynchronous arena (AsyncRun)
   std::atomic<uint64_t> last_used{0};  // relaxed: an LRU hint only
   // Leases (runs between find and return) on this entry, per thread stripe:
   // a run pins its plan without touching a count other threads write.

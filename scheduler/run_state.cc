@@ -162,6 +162,8 @@ void RunState::execute(int32_t i) noexcept {
     Status s;
     {
       const ThreadPool::Impl::Inside inside(control_.pool);
+      const ThreadPool::Impl::InArena in_arena(control_.in_pool_arena ? control_.pool
+                                                                      : ThreadPool::Impl::in_arena);
       s = call_kernel(item);
     }
     // A kernel that stopped because the session closed or the deadline

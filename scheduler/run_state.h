@@ -43,6 +43,9 @@ struct StepControl {
   const std::atomic<bool>* session_closed = nullptr;
   // The pool whose arena runs the step (marks kernel threads as inside it).
   ThreadPool::Impl* pool = nullptr;
+  // The step's nodes run on threads of one of the pool's arenas (an
+  // asynchronous step on its workers): kernels' intra-op loops stay there.
+  bool in_pool_arena = false;
   bool trace = false;
   std::chrono::steady_clock::time_point epoch;  // zero of trace times
 };

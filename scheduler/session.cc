@@ -98,6 +98,32 @@ Result<std::vector<Tensor>> Session::partial_run(PartialRunHandle& handle, const
   return handle.run_->call(feeds, fetches, targets, options, metadata);
 }
 
+void Session::partial_run_async(PartialRunHandle& handle, const FeedList& feeds,
+                                const std::vector<TensorRef>& fetches,
+                                const std::vector<TargetRef>& targets, const RunOptions& options,
+                                RunDone done) {
+  const sched::SessionImpl::CallScope call(impl_.get());
+  Status misuse;
+  if (!handle.is_valid()) {
+    misuse = invalid_argument("Must run 'setup' before performing partial runs! (empty handle)");
+  } else if (!handle.run_->belongs_to(impl_.get())) {
+    misuse = invalid_argument("partial run {} does not belong to this session", handle.id());
+  }
+  if (!misuse.is_ok()) {
+    if (done) done(misuse, nullptr);
+    return;
+  }
+  handle.run_->call_async(feeds, fetches, targets, options, std::move(done));
+}
+
+std::future<Result<std::vector<Tensor>>> Session::partial_run_async(
+    PartialRunHandle& handle, const FeedList& feeds, const std::vector<TensorRef>& fetches,
+    const std::vector<TargetRef>& targets, const RunOptions& options) {
+  auto [done, future] = promise_done();
+  partial_run_async(handle, feeds, fetches, targets, options, std::move(done));
+  return std::move(future);
+}
+
 Status Session::cancel_partial_run(PartialRunHandle& handle) {
   const sched::SessionImpl::CallScope call(impl_.get());
   if (!handle.is_valid()) return invalid_argument("cancel_partial_run: empty handle");

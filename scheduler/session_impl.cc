@@ -20,11 +20,14 @@ void tbb_parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_
   // Runs in the arena of the calling kernel's pool: intra-op work shares
   // the inter-op threads.
   ThreadPool::Impl* const pool = ThreadPool::Impl::current;  // the kernel's
+  ThreadPool::Impl* const in_arena = ThreadPool::Impl::in_arena;
   auto loop = [&] {
     tbb::parallel_for(
         tbb::blocked_range<int64_t>(0, n, static_cast<std::size_t>(std::max<int64_t>(grain, 1))),
         [&](const tbb::blocked_range<int64_t>& r) {
           const ThreadPool::Impl::Inside inside(pool);
+          const ThreadPool::Impl::InArena arena(in_arena != nullptr ? in_arena
+                                                                    : ThreadPool::Impl::in_arena);
           fn(r.begin(), r.end());
         });
   };
@@ -73,7 +76,15 @@ SessionImpl::~SessionImpl() {
     finish_ended_runs();
     // A Callable or an inert partial-run handle may keep an entry alive
     // past the session: its pooled flow graphs still die here, in the arena.
-    for (const std::shared_ptr<PlanEntry>& e : entries) e->pool.clear();
+    for (const std::shared_ptr<PlanEntry>& e : entries) {
+      e->pool.clear();
+      e->async_pool.clear();
+      const std::lock_guard lock(e->unfused_mu);
+      if (e->unfused != nullptr) {
+        e->unfused->pool.clear();
+        e->unfused->async_pool.clear();
+      }
+    }
     entries.clear();
   });
 }
@@ -667,8 +678,9 @@ void SessionImpl::execute_async(PlanEntry& entry, PlanLease lease,
     run_entry = *twin;
   }
   auto* run = new AsyncRun(this, run_entry, std::move(lease), std::move(shared), std::move(feeds),
-                           entry.plan->fetch_slots.size(), options, std::move(done));
-  run->start();
+                           entry.plan->fetch_slots.size(), options,
+                           step_control(options.trace, options.timeout), std::move(done));
+  run->admit();
 }
 
 Result<Callable> SessionImpl::make_callable(const std::vector<TensorRef>& feeds,

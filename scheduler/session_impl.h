@@ -28,6 +28,7 @@ namespace graphrun::sched {
 
 class AsyncRun;
 class PartialRun;
+class QueuedCall;
 
 // Thread safety: thread-safe. Kernels are created once per node under
 // kernels_mu_ and shared by every plan of the session.
@@ -141,11 +142,22 @@ class SessionImpl {
                          const std::stop_token& stop) const {
     return WaitLimits{deadline, stop, &closed_};
   }
+  // Asynchronous calls count as calls in flight from their start to the
+  // return of their done (the destructor waits for them).
+  std::size_t add_call() { return calls_in_flight_.add(); }
+  void remove_call(std::size_t stripe) { calls_in_flight_.remove(stripe); }
+  // Cleans up ended partial runs kept for a free thread (call inside the
+  // arena, a permit held), as every step does first.
+  void finish_kept_runs() {
+    // acquire: pairs with finish_ended_run's release.
+    if (has_ended_runs_.load(std::memory_order_acquire)) finish_ended_runs();
+  }
   const KernelRuntime& runtime() const { return runtime_; }
   Timer& timer() { return timer_; }
 
  private:
   friend class AsyncRun;
+  friend class QueuedCall;
   // Sets the closed flag and ends what waits or runs: calls waiting for a
   // permit, queued asynchronous calls (their done fires here), open
   // partial runs (detached when `destroying`, else cancelled).

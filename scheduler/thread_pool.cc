@@ -12,6 +12,7 @@
 namespace graphrun {
 
 thread_local ThreadPool::Impl* ThreadPool::Impl::current = nullptr;
+thread_local ThreadPool::Impl* ThreadPool::Impl::in_arena = nullptr;
 
 namespace {
 // oneTBB starts one worker fewer than the machine's cores (the caller is
@@ -56,14 +57,23 @@ Parallelism& parallelism() {
 }
 }  // namespace
 
-ThreadPool::Impl::Impl(int n) : threads(n), arena(n, /*reserved_for_masters=*/0), permits_(n) {
-  parallelism().add(n);
-  arena.initialize();
-}
+ThreadPool::Impl::Impl(int n) : threads(n), arena(n), permits_(n) { arena.initialize(); }
 
 ThreadPool::Impl::~Impl() {
-  arena.terminate();
-  parallelism().remove(threads);
+  if (async_arena_ != nullptr) {
+    async_arena_->terminate();
+    async_arena_.reset();
+    parallelism().remove(threads);
+  }
+}
+
+tbb::task_arena& ThreadPool::Impl::async_arena() {
+  std::call_once(async_once_, [this] {
+    parallelism().add(threads);
+    async_arena_ = std::make_unique<tbb::task_arena>(threads, /*reserved_for_masters=*/0);
+    async_arena_->initialize();
+  });
+  return *async_arena_;
 }
 
 int ThreadPool::default_threads() { return tbb::info::default_concurrency(); }

@@ -8,6 +8,8 @@
 
 #include "scheduler/permits.h"
 
+#include <memory>
+#include <mutex>
 #include <utility>
 
 namespace graphrun {
@@ -36,10 +38,17 @@ struct ThreadPool::Impl {
   // says why. kAcquired: fn ran.
   template <typename F>
   sched::Permits::Outcome execute(const sched::WaitLimits& limits, F&& fn) {
+    // Already running in one of this pool's arenas: stay there (an
+    // asynchronous step's kernels and intra-op loops run in its arena).
+    if (in_arena == this) {
+      fn();
+      return sched::Permits::Outcome::kAcquired;
+    }
     const Admission admitted(this, limits);
     if (admitted.outcome() != sched::Permits::Outcome::kAcquired) return admitted.outcome();
     arena.execute([&] {
       const Inside inside(this);
+      const InArena in(this);
       fn();
     });
     return sched::Permits::Outcome::kAcquired;
@@ -64,17 +73,25 @@ struct ThreadPool::Impl {
 
   // Asynchronous steps (the permit travels with the step, not a thread):
   // the pool's permits and queue of waiting calls, and submit(), which runs
-  // `fn` on a thread of the arena, marked inside the pool. The arena has no
-  // slot reserved for callers, and the process allows a worker per thread
-  // of its largest pool, so queued steps get every thread of the pool.
+  // `fn` on a worker of the pool's asynchronous arena, marked inside the
+  // pool. That arena (made at the first submit) reserves no slot for
+  // callers, and the process then allows a oneTBB worker per thread of its
+  // largest pool, so asynchronous steps get every thread of the pool. It is
+  // a second arena because blocking callers need `arena`'s reserved slot:
+  // in an arena without one, workers took the slot a caller needed, and
+  // the caller slept while they ran its step (measured: the seed model 7%
+  // slower at 1 thread, its 2-thread speed-up lost). The permits bound both
+  // arenas' steps together.
   sched::Permits& permits() { return permits_; }
   template <typename F>
   void submit(F fn) {
-    arena.enqueue([this, fn = std::move(fn)] {
+    async_arena().enqueue([this, fn = std::move(fn)] {
       const Inside inside(this);
+      const InArena in(this);
       fn();
     });
   }
+  tbb::task_arena& async_arena();
 
   ~Impl();
   Impl(const Impl&) = delete;
@@ -107,12 +124,29 @@ struct ThreadPool::Impl {
   };
 
   sched::Permits permits_;
+  std::once_flag async_once_;
+  std::unique_ptr<tbb::task_arena> async_arena_;  // set once, under async_once_
 
  public:
   // The pool whose arena the calling thread is executing in (innermost):
   // set by execute() and run_inline() for callers, and around every kernel (and parallel_for
   // chunk) by the scheduler, so workers count as inside too.
   static thread_local Impl* current;
+
+  // The pool whose arena (blocking or asynchronous) the calling thread is
+  // running in, innermost; unlike `current`, never set for a step run on
+  // its caller outside the arena (run_inline).
+  static thread_local Impl* in_arena;
+  class InArena {
+   public:
+    explicit InArena(Impl* pool) : outer_(std::exchange(in_arena, pool)) {}
+    ~InArena() { in_arena = outer_; }
+    InArena(const InArena&) = delete;
+    InArena& operator=(const InArena&) = delete;
+
+   private:
+    Impl* outer_;
+  };
 
   // Marks the calling thread as inside `pool` for its scope.
   class Inside {

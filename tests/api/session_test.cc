@@ -1,5 +1,5 @@
 // Session::run semantics with the built-in ops, case by case against TF1's
-// documented behaviour (see docs/issue-2-core.md for the list).
+// documented behaviour (see docs/core.md for the list).
 #include <graphrun/graphrun.h>
 #include <gtest/gtest.h>
 

@@ -597,5 +597,173 @@ TEST(RunAsyncPoolTest, AsyncStepsUseEveryThreadOfThePool) {
   EXPECT_EQ(dones.errors(), 0);
 }
 
+// ---- partial_run_async ----
+
+// a, b fed; sa = Square(a); sb = Square(b); sum = sa + sb; count =
+// AssignAdd(v, 1) after sum (a target, stateful: once per partial run).
+struct Partial {
+  Graph g;
+  Output a;
+  Output b;
+  Output sa;
+  Output sb;
+  Output sum;
+  Output v;
+  Output count;
+  Output read;
+  const Node* init = nullptr;
+  Partial() {
+    a = ops::Placeholder(g, DType::kFloat32, Shape{}, "a");
+    b = ops::Placeholder(g, DType::kFloat32, Shape{}, "b");
+    sa = ops::Square(g, a, "sa");
+    sb = ops::Square(g, b, "sb");
+    sum = ops::Add(g, sa, sb, "sum");
+    v = ops::Variable(g, Tensor(0.0f), "v");
+    Output one = ops::Const(g, Tensor(1.0f), "one");
+    {
+      const auto after_sum = g.control_dependencies({sum.node()});
+      count = ops::AssignAdd(g, v, one, {}, "count");
+    }
+    read = ops::ReadVariable(g, v, "read");
+    init = ops::GlobalVariablesInitializer(g);
+  }
+};
+
+TEST(PartialRunAsyncTest, StepsThroughARunLikeTheBlockingCalls) {
+  Partial m;
+  auto s = session_with_threads(m.g, 2);
+  ASSERT_THAT(s->run({}, {}, {m.init}), IsOk());
+  PartialRunHandle h = s->partial_run_setup({m.sa, m.sum}, {m.a, m.b}, {m.count.node()}).value();
+  const Fetched first = s->partial_run_async(h, {{m.a, Tensor(3.0f)}}, {m.sa}).get();
+  ASSERT_THAT(first, IsOk());
+  EXPECT_EQ((*first)[0].scalar<float>(), 9.0f);
+  EXPECT_FALSE(h.is_done());
+  const Fetched second = s->partial_run_async(h, {{m.b, Tensor(4.0f)}}, {m.sum}).get();
+  ASSERT_THAT(second, IsOk());
+  EXPECT_EQ((*second)[0].scalar<float>(), 25.0f);
+  EXPECT_TRUE(h.is_done());
+  EXPECT_EQ((*s->run({}, {m.read}))[0].scalar<float>(), 1.0f) << "the target ran once";
+  // The run is complete: a further call fails as partial_run() would.
+  EXPECT_THAT(s->partial_run_async(h, {}, {m.sa}).get(),
+              StatusIs(StatusCode::kInvalidArgument, "complete"));
+}
+
+TEST(PartialRunAsyncTest, MisuseIsReportedOnTheCallingThreadAndLeavesTheRunUsable) {
+  Partial m;
+  auto s = session_with_threads(m.g, 2);
+  PartialRunHandle h = s->partial_run_setup({m.sa, m.sum}, {m.a, m.b}).value();
+  std::thread::id where;
+  Status status;
+  s->partial_run_async(h, {{m.a, Tensor(1.0f)}}, {m.sum}, {}, {}, [&](Fetched r, RunMetadata*) {
+    where = std::this_thread::get_id();
+    status = r.status();
+  });
+  EXPECT_EQ(where, std::this_thread::get_id());
+  EXPECT_THAT(status, StatusIs(StatusCode::kInvalidArgument, "can't be computed"));
+  PartialRunHandle empty;
+  EXPECT_THAT(s->partial_run_async(empty, {}, {m.sa}).get(),
+              StatusIs(StatusCode::kInvalidArgument, "setup"));
+  const Fetched ok = s->partial_run_async(h, {{m.a, Tensor(2.0f)}}, {m.sa}).get();
+  ASSERT_THAT(ok, IsOk());
+  EXPECT_EQ((*ok)[0].scalar<float>(), 4.0f);
+}
+
+// Two partial runs (set up first: a setup waits for a thread) on a pool
+// whose only thread then waits in another session's kernel.
+class PartialQueuedTest : public QueuedTest {
+ protected:
+  void SetUp() override {
+    QueuedTest::SetUp();
+    SessionOptions shared;
+    shared.thread_pool = ThreadPool::create(1).value();
+    blocked_ = Session::create(m_.g, shared).value();
+    s_ = Session::create(p_.g, shared).value();
+    h1_ = s_->partial_run_setup({p_.sa, p_.sb}, {p_.a, p_.b}).value();
+    h2_ = s_->partial_run_setup({p_.sa, p_.sb}, {p_.a, p_.b}).value();
+    blocked_->run_async({}, {m_.after}, {}, {}, blocked_done_.make());
+    ASSERT_TRUE(gate_.await_entered(2));
+  }
+  void TearDown() override {
+    QueuedTest::TearDown();
+    EXPECT_TRUE(blocked_done_.wait(1));
+  }
+  Partial p_;
+  std::unique_ptr<Session> blocked_;
+  std::unique_ptr<Session> s_;
+  PartialRunHandle h1_;
+  PartialRunHandle h2_;
+  Dones blocked_done_;
+};
+
+TEST_F(PartialQueuedTest, ACallInProgressExcludesAnotherOnTheSameHandle) {
+  PartialRunHandle& h = h1_;
+  Dones first;
+  s_->partial_run_async(h, {{p_.a, Tensor(3.0f)}}, {p_.sa}, {}, {}, first.make());
+  EXPECT_EQ(first.calls(), 0) << "queued behind the blocked kernel";
+  EXPECT_THAT(s_->partial_run(h, {{p_.b, Tensor(1.0f)}}, {p_.sb}),
+              StatusIs(StatusCode::kFailedPrecondition, "in use"));
+  EXPECT_THAT(s_->partial_run_async(h, {{p_.b, Tensor(1.0f)}}, {p_.sb}).get(),
+              StatusIs(StatusCode::kFailedPrecondition, "in use"));
+  gate_.open();
+  ASSERT_TRUE(first.wait(1));
+  ASSERT_THAT(first.last(), IsOk());
+  EXPECT_EQ((*first.last())[0].scalar<float>(), 9.0f);
+  const Fetched rest = s_->partial_run_async(h, {{p_.b, Tensor(2.0f)}}, {p_.sb}).get();
+  ASSERT_THAT(rest, IsOk());
+  EXPECT_EQ((*rest)[0].scalar<float>(), 4.0f);
+  EXPECT_TRUE(h.is_done());
+}
+
+TEST_F(PartialQueuedTest, QueuedCallsEndTheirRunAtTheDeadlineOrClose) {
+  PartialRunHandle& timed = h1_;
+  RunOptions options;
+  options.timeout = std::chrono::milliseconds(30);
+  const Fetched expired =
+      s_->partial_run_async(timed, {{p_.a, Tensor(1.0f)}}, {p_.sa}, {}, options).get();
+  EXPECT_FALSE(gate_.is_open());
+  EXPECT_THAT(expired, StatusIs(StatusCode::kDeadlineExceeded, "waited for a thread"));
+  EXPECT_TRUE(timed.is_done());
+  // The run ended with that status: its next call reports it.
+  EXPECT_THAT(s_->partial_run(timed, {{p_.b, Tensor(1.0f)}}, {p_.sb}),
+              StatusIs(StatusCode::kDeadlineExceeded, ""));
+  PartialRunHandle& closing = h2_;
+  Dones dones;
+  s_->partial_run_async(closing, {{p_.a, Tensor(1.0f)}}, {p_.sa}, {}, {}, dones.make());
+  ASSERT_THAT(s_->close(), IsOk());
+  EXPECT_EQ(dones.calls(), 1);
+  EXPECT_THAT(dones.last(), StatusIs(StatusCode::kCancelled, "closed"));
+}
+
+TEST(PartialRunAsyncTest, ManyRunsBetweenFeedsHoldNoThread) {
+  Partial m;
+  SessionOptions options;
+  options.inter_op_threads = 2;
+  options.max_open_partial_runs = 2000;
+  auto s = Session::create(m.g, options).value();
+  ASSERT_THAT(s->run({}, {}, {m.init}), IsOk());
+  constexpr int kRuns = 1000;
+  std::vector<PartialRunHandle> runs;
+  for (int i = 0; i < kRuns; ++i) {
+    runs.push_back(s->partial_run_setup({m.sa, m.sum}, {m.a, m.b}, {m.count.node()}).value());
+  }
+  Dones firsts;
+  for (PartialRunHandle& h : runs)
+    s->partial_run_async(h, {{m.a, Tensor(2.0f)}}, {m.sa}, {}, {}, firsts.make());
+  ASSERT_TRUE(firsts.wait(kRuns));
+  EXPECT_EQ(firsts.errors(), 0);
+  const int threads = thread_count();
+  EXPECT_EQ(s->num_open_partial_runs(), static_cast<std::size_t>(kRuns));
+  Dones seconds;
+  for (PartialRunHandle& h : runs)
+    s->partial_run_async(h, {{m.b, Tensor(1.0f)}}, {m.sum}, {}, {}, seconds.make());
+  ASSERT_TRUE(seconds.wait(kRuns));
+  EXPECT_EQ(seconds.errors(), 0);
+  EXPECT_EQ((*seconds.last())[0].scalar<float>(), 5.0f);
+  EXPECT_LE(thread_count(), threads + 1);
+  EXPECT_EQ(s->num_open_partial_runs(), 0u);
+  EXPECT_EQ((*s->run({}, {m.read}))[0].scalar<float>(), static_cast<float>(kRuns))
+      << "each run's target acted once";
+}
+
 }  // namespace
 }  // namespace graphrun

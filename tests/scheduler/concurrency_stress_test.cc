@@ -1,4 +1,4 @@
-// Concurrency stress tests of one session (docs/issue-4-concurrency.md,
+// Concurrency stress tests of one session (docs/concurrency.md,
 // "Tests"): locked variable updates from many threads (TensorFlow's
 // dense_update_ops_test locking tests), snapshot reads, random streams and
 // iterators shared by concurrent runs, a mixed load closed mid-way, calls

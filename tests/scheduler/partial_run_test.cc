@@ -1,5 +1,5 @@
 // Partial runs: one execution spread over several calls
-// (docs/issue-3-partial-runs.md, test list items 1-12). Every test runs
+// (docs/partial-runs.md, test list items 1-12). Every test runs
 // twice: with the stages' kernels expensive (the plan runs on the flow
 // graph) and cheap (a plan of only cheap kernels runs inline on the caller,
 // Plan::run_inline). Delayed stages are never cheap.

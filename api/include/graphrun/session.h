@@ -309,6 +309,23 @@ class Session {
                                           const std::vector<TargetRef>& targets = {},
                                           const RunOptions& options = {},
                                           RunMetadata* metadata = nullptr);
+  // The same, asynchronously: returns at once; `done` receives what
+  // partial_run() would return (see RunDone). Misuse (an empty or foreign
+  // handle, unknown or repeated names, a fetch not yet computable, another
+  // call in progress on the handle) is reported on the calling thread and
+  // leaves the run usable. Until `done` runs, the call counts as in
+  // progress on the handle (a second call fails with FailedPrecondition);
+  // it may wait for a thread of the pool like run_async, holding none. The
+  // handle may be destroyed meanwhile (the run is then cancelled and
+  // `done` gets Cancelled).
+  void partial_run_async(PartialRunHandle& handle, const FeedList& feeds,
+                         const std::vector<TensorRef>& fetches,
+                         const std::vector<TargetRef>& targets, const RunOptions& options,
+                         RunDone done);
+  // The same, with a future instead of `done` (see Callable::run_async).
+  std::future<Result<std::vector<Tensor>>> partial_run_async(
+      PartialRunHandle& handle, const FeedList& feeds, const std::vector<TensorRef>& fetches,
+      const std::vector<TargetRef>& targets = {}, const RunOptions& options = {});
   // Cancels an open partial run (later calls return Cancelled). OK if it was
   // already done.
   Status cancel_partial_run(PartialRunHandle& handle);
