@@ -40,9 +40,10 @@ class PermitWaiter {
   PermitWaiter* prev_ = nullptr;
   PermitWaiter* next_ = nullptr;
   bool queued_ = false;
-  // Blocking waiters: woken on grant, and to re-check their limits.
+  // Blocking waiters: woken when a permit is free for them, and to
+  // re-check their limits.
   std::condition_variable* cv_ = nullptr;
-  bool granted_ = false;
+  bool woken_ = false;
   // Asynchronous waiters: the closed flag close_queued() matches.
   const std::atomic<bool>* closed_ = nullptr;
 };
@@ -62,9 +63,10 @@ class AsyncPermitWaiter : public PermitWaiter {
   ~AsyncPermitWaiter() = default;
 };
 
-// Thread safety: thread-safe. FIFO among queued calls; a call arriving
-// while a permit is free takes it (it may pass a queued call only in the
-// instant between a release and the hand-over).
+// Thread safety: thread-safe. A freed permit goes to the queue's head:
+// to an asynchronous call directly; a blocking caller is woken to take it,
+// and competes with callers arriving meanwhile (a caller finding a permit
+// free takes it), as a plain semaphore's waiters do.
 class Permits {
  public:
   enum class Outcome { kAcquired, kDeadline, kStopped, kClosed };
@@ -191,23 +193,39 @@ class Permits {
     queued_count_.fetch_sub(1, std::memory_order_relaxed);
   }
 
-  // Hands free permits to the queue's head, in order.
+  // Hands free permits to the queue's head, in order: an asynchronous
+  // waiter gets the permit itself; a blocking one is woken to take it
+  // (another caller may take it first: blocking callers compete, which
+  // keeps a thread that releases and re-acquires in a loop running instead
+  // of handing every run to a thread that must wake up first).
   void hand_over() {
     std::vector<AsyncPermitWaiter*> granted;
     {
       const std::lock_guard lock(mu_);
-      while (head_ != nullptr && try_acquire()) {
-        PermitWaiter* const w = head_;
-        unlink(w);
-        if (w->cv_ != nullptr) {
-          w->granted_ = true;
-          w->cv_->notify_one();
-        } else {
-          granted.push_back(static_cast<AsyncPermitWaiter*>(w));
-        }
-      }
+      hand_over_locked(granted);
     }
     for (AsyncPermitWaiter* w : granted) w->on_granted();
+  }
+  // Requires mu_. Asynchronous waiters granted are appended to `granted`
+  // (call their on_granted() after unlocking).
+  void hand_over_locked(std::vector<AsyncPermitWaiter*>& granted) {
+    int free = available_.load(std::memory_order_seq_cst);
+    for (PermitWaiter* w = head_; w != nullptr && free > 0;) {
+      PermitWaiter* const next = w->next_;
+      if (w->cv_ != nullptr) {
+        if (!w->woken_) {
+          w->woken_ = true;
+          w->cv_->notify_one();
+        }
+        --free;  // left for that waiter
+      } else {
+        if (!try_acquire()) break;
+        --free;
+        unlink(w);
+        granted.push_back(static_cast<AsyncPermitWaiter*>(w));
+      }
+      w = next;
+    }
   }
 
   Outcome acquire_slow(const WaitLimits& limits) {
@@ -219,35 +237,35 @@ class Permits {
     std::optional<std::stop_callback<Wake>> on_stop;
     if (limits.stop.stop_possible()) on_stop.emplace(limits.stop, Wake{this, &self});
     Outcome outcome = Outcome::kAcquired;
+    std::vector<AsyncPermitWaiter*> granted;
     std::unique_lock lock(mu_);
     push(&self);
     for (;;) {
-      if (self.granted_) break;
       // seq_cst, after the push (see release()). A permit released before
       // the push was published is taken here.
-      if (available_.load(std::memory_order_seq_cst) > 0 && try_acquire()) {
-        unlink(&self);
-        break;
-      }
+      if (available_.load(std::memory_order_seq_cst) > 0 && try_acquire()) break;
+      self.woken_ = false;
       if (limits.closed != nullptr && limits.closed->load(std::memory_order_acquire)) {
         outcome = Outcome::kClosed;
-      } else if (limits.stop.stop_requested()) {
-        outcome = Outcome::kStopped;
-      } else if (!limits.deadline) {
-        cv.wait(lock);
-        continue;
-      } else if (cv.wait_until(lock, *limits.deadline) != std::cv_status::timeout) {
-        continue;
-      } else if (self.granted_ || try_acquire()) {
-        if (self.queued_) unlink(&self);
         break;
-      } else {
-        outcome = Outcome::kDeadline;
       }
-      unlink(&self);
-      break;
+      if (limits.stop.stop_requested()) {
+        outcome = Outcome::kStopped;
+        break;
+      }
+      if (!limits.deadline) {
+        cv.wait(lock);
+      } else if (cv.wait_until(lock, *limits.deadline) == std::cv_status::timeout) {
+        if (try_acquire()) break;
+        outcome = Outcome::kDeadline;
+        break;
+      }
     }
+    unlink(&self);
+    // A permit this waiter was woken for and did not take goes on.
+    if (outcome != Outcome::kAcquired) hand_over_locked(granted);
     lock.unlock();
+    for (AsyncPermitWaiter* w : granted) w->on_granted();
     // The stop callback may be running on another thread: it takes mu_ and
     // touches `self`; the registration's destructor waits for it.
     on_stop.reset();
