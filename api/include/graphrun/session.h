@@ -69,10 +69,12 @@ class PartialRun;
 /// threads executing the kernels of all sessions using one pool, inter-op
 /// and intra-op alike, never exceed num_threads(); callers help run their own
 /// work and count against that number while they do (callers that find every
-/// thread busy wait in arrival order, blocking and asynchronous calls in one
-/// queue). Asynchronous calls run on a second arena of the pool, made at the
-/// first of them: asynchronous steps get every thread of the pool, and while
-/// blocking steps run too, each blocking caller's own thread adds to them.
+/// thread busy queue in arrival order, blocking and asynchronous calls in one
+/// queue; a freed thread goes to its head, but a blocking caller woken for it
+/// may lose it to a caller arriving meanwhile). Asynchronous calls run on a
+/// second arena of the pool, made at the first of them: asynchronous steps get
+/// every thread of the pool, and while blocking steps run too, each blocking
+/// caller's own thread adds to them.
 ///
 /// Thread safety: thread-safe. Shared ownership: each session using the pool
 /// keeps it alive.
