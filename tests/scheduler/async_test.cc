@@ -73,12 +73,12 @@ class Dones {
  public:
   RunDone make() {
     return [this](Fetched r, RunMetadata*) {
-      {
-        const std::lock_guard lock(mu_);
-        ++calls_;
-        if (!r.is_ok()) ++errors_;
-        last_ = std::move(r);
-      }
+      // Notified under the lock: a waiter that returns (and may destroy
+      // this) cannot do so before the notification is over.
+      const std::lock_guard lock(mu_);
+      ++calls_;
+      if (!r.is_ok()) ++errors_;
+      last_ = std::move(r);
       cv_.notify_all();
     };
   }
@@ -539,16 +539,16 @@ TEST(RunAsyncLifetimeTest, DestroyingTheSessionWaitsForPendingDones) {
   auto s = session_with_threads(m.g, 1);
   std::atomic<int> calls{0};
   std::atomic<bool> destroyed{false};
-  bool seen_destroyed = false;
+  std::atomic<bool> seen_destroyed{false};
   s->run_async({}, {m.after}, {}, {}, [&](Fetched, RunMetadata*) {
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
-    seen_destroyed = seen_destroyed || destroyed.load();
+    if (destroyed.load()) seen_destroyed = true;
     calls++;
   });
   gate.await_entered();
   for (int i = 0; i < 50; ++i) {
     s->run_async({{m.x, Tensor(1.0f)}}, {m.sq}, {}, {}, [&](Fetched, RunMetadata*) {
-      seen_destroyed = seen_destroyed || destroyed.load();
+      if (destroyed.load()) seen_destroyed = true;
       calls++;
     });
   }
@@ -560,7 +560,7 @@ TEST(RunAsyncLifetimeTest, DestroyingTheSessionWaitsForPendingDones) {
   destroyed = true;
   opener.join();
   EXPECT_EQ(calls.load(), 51);
-  EXPECT_FALSE(seen_destroyed);
+  EXPECT_FALSE(seen_destroyed.load());
 }
 
 TEST(RunAsyncLifetimeTest, ACallableMayGoBeforeItsDone) {
