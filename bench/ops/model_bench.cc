@@ -8,6 +8,10 @@
 //               on, the default).
 //   _Unfused1Thread, _Unfused2Threads
 //               the same with SessionOptions::fuse_kernels = false.
+//   _Async1Thread, _Async2Threads
+//               the Callable through Callable::run_async, one call at a
+//               time (the caller waits on a future): the step runs on the
+//               pool's workers only, none of them a waiting caller.
 //   _PlainLoop  the fastest plain form of the same work on one thread: the
 //               chosen level's GEMM with its bias and activation epilogue
 //               (ops/cpu), called directly, into preallocated buffers.
@@ -121,7 +125,28 @@ void callable_bench(benchmark::State& state, int threads, bool fuse) {
   state.SetLabel(std::string(cpu_isa_name(cpu_isa())));
 }
 
+void async_bench(benchmark::State& state, int threads) {
+  const SeedModel& m = seed_model();
+  SessionOptions options;
+  options.inter_op_threads = threads;
+  auto session = std::move(Session::create(m.g, options).value());
+  Callable callable = session->make_callable({m.input}, {m.score}).value();
+  Result<std::vector<Tensor>> out = callable.run_async({m.x}).get();
+  for (auto _ : state) {
+    out = callable.run_async({m.x}).get();
+    benchmark::DoNotOptimize(out);
+  }
+  check_ok(out.status(), "run_async");
+  if (!(*out)[0].all_close(reference(), 1e-4, 1e-4)) state.SkipWithError("wrong result");
+  state.counters["threads"] = threads;
+  state.SetLabel(std::string(cpu_isa_name(cpu_isa())));
+}
+
 void BM_SeedModel_Callable1Thread(benchmark::State& s) { callable_bench(s, 1, true); }
+void BM_SeedModel_Async1Thread(benchmark::State& s) { async_bench(s, 1); }
+void BM_SeedModel_Async2Threads(benchmark::State& s) { async_bench(s, 2); }
+BENCHMARK(BM_SeedModel_Async1Thread)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_SeedModel_Async2Threads)->UseRealTime()->Unit(benchmark::kMicrosecond);
 void BM_SeedModel_Callable2Threads(benchmark::State& s) { callable_bench(s, 2, true); }
 void BM_SeedModel_Unfused1Thread(benchmark::State& s) { callable_bench(s, 1, false); }
 void BM_SeedModel_Unfused2Threads(benchmark::State& s) { callable_bench(s, 2, false); }
