@@ -65,16 +65,17 @@ class CallableImpl;
 class PartialRun;
 }  // namespace sched
 
-/// A pool of threads (a oneTBB task arena) that sessions can share. The
-/// threads executing the kernels of all sessions using one pool, inter-op
-/// and intra-op alike, never exceed num_threads(); callers help run their own
-/// work and count against that number while they do (callers that find every
-/// thread busy queue in arrival order, blocking and asynchronous calls in one
-/// queue; a freed thread goes to its head, but a blocking caller woken for it
-/// may lose it to a caller arriving meanwhile). Asynchronous calls run on a
-/// second arena of the pool, made at the first of them: asynchronous steps get
-/// every thread of the pool, and while blocking steps run too, each blocking
-/// caller's own thread adds to them.
+/// A pool of threads (a oneTBB task arena) that sessions can share. At most
+/// num_threads() steps of all sessions using one pool run at once, and
+/// their kernels, inter-op and intra-op alike, run on num_threads() threads;
+/// blocking callers help run their own work and count against that number
+/// while they do. Callers that find every thread busy queue in arrival
+/// order, blocking and asynchronous calls in one queue; a freed thread goes
+/// to its head, but a blocking caller woken for it may lose it to a caller
+/// arriving meanwhile. Asynchronous calls run on a second arena of the
+/// pool, made at the first of them, on num_threads() workers of their own:
+/// while blocking and asynchronous steps run at once, the blocking callers'
+/// threads add to them.
 ///
 /// Thread safety: thread-safe. Shared ownership: each session using the pool
 /// keeps it alive.
@@ -310,8 +311,8 @@ class Session {
   /// RunDone). Semantics are run()'s: pruning, errors, stateful ops once,
   /// RunOptions::timeout (counted from this call, time queued included) and
   /// stop_token, close(). When every thread of the pool is busy the call
-  /// waits in the pool's queue (first come, first served, shared with
-  /// blocking callers), holding no thread; its deadline, stop and close()
+  /// waits in the pool's queue (one queue with blocking callers: see
+  /// ThreadPool), holding no thread; its deadline, stop and close()
   /// still end it there. Arguments are copied; nothing the caller passes
   /// must outlive the call.
   void run_async(const FeedList& feeds, const std::vector<TensorRef>& fetches,
