@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <climits>
 #include <cstdio>
 #include <limits>
@@ -135,20 +136,75 @@ void encode_response(const std::vector<std::string>& fetches, const std::vector<
   }
 }
 
-// Run and PartialRun: decode the feeds, run `step` (feeds, fetches,
+// What Run and PartialRun take from their request before the step: the
+// options (the call's deadline folded in), the decoded feeds and the fetch
+// names, in request order.
+struct StepArgs {
+  RunOptions options;
+  NamedTensors feeds;
+  std::vector<std::string> fetches;
+};
+
+template <typename Request>
+Result<StepArgs> decode_step(const SessionRegistry& registry, const Request& request,
+                             const CallContext& call) {
+  StepArgs args;
+  GRAPHRUN_ASSIGN_OR_RETURN(args.options, run_options(call, request.options()));
+  GRAPHRUN_ASSIGN_OR_RETURN(args.feeds, decode_feeds(registry, request.feed()));
+  args.fetches = names(request.fetch());
+  return args;
+}
+
+// Run and PartialRun: decode the request, run `step` (feeds, fetches,
 // options, metadata or null), encode the fetches in request order and, when
 // tracing, the step statistics.
 template <typename Request, typename Step>
 Status serve_step(const SessionRegistry& registry, const Request& request, const CallContext& call,
                   v1::RunResponse& response, Step step) {
-  GRAPHRUN_ASSIGN_OR_RETURN(RunOptions options, run_options(call, request.options()));
-  GRAPHRUN_ASSIGN_OR_RETURN(NamedTensors feeds, decode_feeds(registry, request.feed()));
-  const std::vector<std::string> fetches = names(request.fetch());
+  GRAPHRUN_ASSIGN_OR_RETURN(StepArgs args, decode_step(registry, request, call));
   RunMetadata metadata;
-  GRAPHRUN_ASSIGN_OR_RETURN(std::vector<Tensor> out,
-                            step(feeds, fetches, options, options.trace ? &metadata : nullptr));
-  encode_response(fetches, out, metadata, options.trace, response);
+  GRAPHRUN_ASSIGN_OR_RETURN(
+      std::vector<Tensor> out,
+      step(args.feeds, args.fetches, args.options, args.options.trace ? &metadata : nullptr));
+  encode_response(args.fetches, out, metadata, args.options.trace, response);
   return Status::ok();
+}
+
+// An Answer called at most once: the first call goes through, later ones
+// (an exception after the step was started) are dropped.
+class AnswerOnce {
+ public:
+  explicit AnswerOnce(RequestHandler::Answer answer) : answer_(std::move(answer)) {}
+  void operator()(Result<std::unique_ptr<google::protobuf::Message>> out,
+                  std::shared_ptr<void> hold) {
+    if (answered_.exchange(true, std::memory_order_acq_rel)) return;  // the first call wins
+    answer_(std::move(out), std::move(hold));
+  }
+
+ private:
+  RequestHandler::Answer answer_;
+  std::atomic<bool> answered_{false};
+};
+
+// The step's done for Run and PartialRun: the RunResponse (fetches in
+// request order, statistics when tracing) or the step's status.
+SessionRegistry::StepDone answer_step(std::shared_ptr<AnswerOnce> answer,
+                                      std::vector<std::string> fetches, bool trace) {
+  return [answer = std::move(answer), fetches = std::move(fetches), trace](
+             Result<std::vector<Tensor>> out, RunMetadata* metadata, std::shared_ptr<void> hold) {
+    if (!out.is_ok()) return (*answer)(out.status(), std::move(hold));
+    try {
+      auto response = std::make_unique<v1::RunResponse>();
+      encode_response(fetches, *out, metadata != nullptr ? *metadata : RunMetadata{}, trace,
+                      *response);
+      (*answer)(std::unique_ptr<google::protobuf::Message>(std::move(response)), std::move(hold));
+    } catch (const std::bad_alloc&) {
+      (*answer)(resource_exhausted("the server ran out of memory encoding the response"),
+                std::move(hold));
+    } catch (const std::exception& e) {
+      (*answer)(internal_error("encoding the response: {}", e.what()), std::move(hold));
+    }
+  };
 }
 
 Status check_not_negative(std::string_view field, int64_t value) {
@@ -265,6 +321,58 @@ Result<std::unique_ptr<google::protobuf::Message>> RequestHandler::handle(
   } catch (...) {
     return internal_error("{}: an unknown exception", method_name(method));
   }
+}
+
+void RequestHandler::handle_async(Method method, google::protobuf::io::ZeroCopyInputStream& in,
+                                  int64_t size, const CallContext& call, Answer answer) noexcept {
+  if (method != Method::kRun && method != Method::kPartialRun) {
+    answer(handle(method, in, size, call), nullptr);
+    return;
+  }
+  auto once = std::make_shared<AnswerOnce>(std::move(answer));
+  const auto fail = [&](Status status) { (*once)(std::move(status), nullptr); };
+  try {
+    const std::string what = fmt::format("the {} request", method_name(method));
+    if (method == Method::kRun) {
+      v1::RunRequest request;
+      if (Status s = parse_message(in, size, request, what); !s.is_ok()) return fail(std::move(s));
+      run_async(request, call,
+                [once](auto out, auto hold) { (*once)(std::move(out), std::move(hold)); });
+    } else {
+      v1::PartialRunRequest request;
+      if (Status s = parse_message(in, size, request, what); !s.is_ok()) return fail(std::move(s));
+      partial_run_async(request, call,
+                        [once](auto out, auto hold) { (*once)(std::move(out), std::move(hold)); });
+    }
+  } catch (const std::bad_alloc&) {
+    fail(resource_exhausted("{}: the server ran out of memory handling the request",
+                            method_name(method)));
+  } catch (const std::exception& e) {
+    fail(internal_error("{}: {}", method_name(method), e.what()));
+  } catch (...) {
+    fail(internal_error("{}: an unknown exception", method_name(method)));
+  }
+}
+
+void RequestHandler::run_async(const v1::RunRequest& request, const CallContext& call,
+                               Answer answer) {
+  auto once = std::make_shared<AnswerOnce>(std::move(answer));
+  Result<StepArgs> args = decode_step(registry_, request, call);
+  if (!args.is_ok()) return (*once)(args.status(), nullptr);
+  const bool trace = args->options.trace;
+  registry_.run_async(request.session_handle(), args->feeds, args->fetches, names(request.target()),
+                      args->options, answer_step(once, args->fetches, trace));
+}
+
+void RequestHandler::partial_run_async(const v1::PartialRunRequest& request,
+                                       const CallContext& call, Answer answer) {
+  auto once = std::make_shared<AnswerOnce>(std::move(answer));
+  Result<StepArgs> args = decode_step(registry_, request, call);
+  if (!args.is_ok()) return (*once)(args.status(), nullptr);
+  const bool trace = args->options.trace;
+  registry_.partial_run_async(request.session_handle(), request.partial_run_handle(), args->feeds,
+                              args->fetches, names(request.target()), args->options,
+                              answer_step(once, args->fetches, trace));
 }
 
 Status RequestHandler::create_session(const v1::CreateSessionRequest& request,

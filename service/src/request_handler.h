@@ -14,6 +14,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <stop_token>
@@ -77,6 +78,21 @@ class RequestHandler {
   Result<std::unique_ptr<google::protobuf::Message>> handle(Method method, std::string_view request,
                                                             const CallContext& call) noexcept;
 
+  // What handle_async() answers with, exactly once: the response message or
+  // the status to send, and `hold`, which keeps the call's session alive
+  // (SessionRegistry::StepDone): keep it until the answer is sent, and do
+  // not drop it inside `answer`. Must not throw.
+  using Answer = std::function<void(Result<std::unique_ptr<google::protobuf::Message>> out,
+                                    std::shared_ptr<void> hold)>;
+  // Parses a serialized request of `method` and handles it without waiting
+  // for its step: Run and PartialRun start their step through the
+  // registry's asynchronous calls and return; `answer` then runs where the
+  // step's done runs (a pool thread, or this one when the call fails before
+  // its step or the step ran inline). The other methods are answered on
+  // this thread before it returns. `request` is read before it returns.
+  void handle_async(Method method, google::protobuf::io::ZeroCopyInputStream& request,
+                    int64_t request_size, const CallContext& call, Answer answer) noexcept;
+
   // The typed handlers (requests already parsed).
   Status create_session(const v1::CreateSessionRequest& request,
                         v1::CreateSessionResponse& response);
@@ -87,6 +103,11 @@ class RequestHandler {
                            v1::PartialRunSetupResponse& response);
   Status partial_run(const v1::PartialRunRequest& request, const CallContext& call,
                      v1::RunResponse& response);
+  // Run and PartialRun without waiting (see handle_async): `answer` gets
+  // the RunResponse or the status.
+  void run_async(const v1::RunRequest& request, const CallContext& call, Answer answer);
+  void partial_run_async(const v1::PartialRunRequest& request, const CallContext& call,
+                         Answer answer);
   Status cancel_partial_run(const v1::CancelPartialRunRequest& request);
   Status close_session(const v1::CloseSessionRequest& request);
   Status list_sessions(v1::ListSessionsResponse& response);

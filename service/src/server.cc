@@ -179,6 +179,9 @@ Status check_options(const ServerOptions& options) {
     return invalid_argument("max_message_bytes must be positive, got {}",
                             options.max_message_bytes);
   }
+  if (options.max_calls_in_flight == 0) {
+    return invalid_argument("max_calls_in_flight must be at least 1");
+  }
   if ((options.unix_socket_mode & ~0777U) != 0) {
     return invalid_argument("unix_socket_mode {:o} is not a file mode (at most 0777)",
                             options.unix_socket_mode);
@@ -228,7 +231,8 @@ bool is_loopback_host(std::string_view host) {
 }
 
 struct Server::Impl {
-  explicit Impl(const ServiceLimits& limits) : registry(limits), service(registry) {}
+  Impl(const ServiceLimits& limits, std::size_t max_calls_in_flight)
+      : registry(limits), service(registry, max_calls_in_flight) {}
 
   // Declaration order is destruction order reversed: the HTTP endpoint and
   // the gRPC server (whose interceptors hold `metrics`) go first.
@@ -250,7 +254,7 @@ Server::~Server() { shutdown(); }
 
 Result<std::unique_ptr<Server>> Server::start(ServerOptions options) {
   GRAPHRUN_RETURN_IF_ERROR(check_options(options));
-  auto impl = std::make_unique<Impl>(options.limits);
+  auto impl = std::make_unique<Impl>(options.limits, options.max_calls_in_flight);
   if (!options.metrics_address.empty()) {
     Impl* raw = impl.get();
     GRAPHRUN_ASSIGN_OR_RETURN(impl->metrics_http,

@@ -7,6 +7,9 @@
 #include <array>
 #include <atomic>
 #include <cerrno>
+#include <deque>
+#include <functional>
+#include <memory>
 #include <optional>
 #include <stop_token>
 
@@ -69,12 +72,28 @@ std::string random_handle(std::string_view prefix) {
 // service serializes them (a call waits for the one in progress, within its
 // own deadline and stop), so that a call cancelled by its client, whose
 // step is still stopping, never makes the next call fail with "in use".
-struct OpenPartialRun {
+// A blocking call waits on `cv`; an asynchronous one queues a Waiter, which
+// end_turn() hands the turn to (before any blocking caller) without a
+// thread waiting.
+struct OpenPartialRun : std::enable_shared_from_this<OpenPartialRun> {
   explicit OpenPartialRun(PartialRunHandle h) : handle(std::move(h)) {}
   PartialRunHandle handle;
   std::mutex mu;
   std::condition_variable cv;
   bool busy = false;  // guarded by mu
+
+  // A queued asynchronous call: `start(true)` when it has the turn,
+  // `start(false)` when its stop came first. Exactly one of them.
+  struct Waiter {
+    std::function<void(bool)> start;
+    struct Stopped {
+      std::weak_ptr<OpenPartialRun> run;
+      std::weak_ptr<Waiter> waiter;
+      void operator()() const;
+    };
+    std::optional<std::stop_callback<Stopped>> on_stop;
+  };
+  std::deque<std::shared_ptr<Waiter>> waiters;  // guarded by mu
 
   bool is_done() const { return handle.is_done(); }
 
@@ -100,14 +119,67 @@ struct OpenPartialRun {
     busy = true;
     return true;
   }
-  void end_turn() {
+
+  // Calls `start(true)` with the turn, now on this thread if it is free,
+  // else from end_turn() of the call before; or `start(false)` when `stop`
+  // is requested first.
+  void take_turn_async(const std::stop_token& stop, std::function<void(bool)> start) {
+    auto waiter = std::make_shared<Waiter>();
     {
       const std::lock_guard lock(mu);
-      busy = false;
+      if (!busy) {
+        busy = true;
+        waiter = nullptr;
+      } else {
+        waiter->start = std::move(start);
+        waiters.push_back(waiter);
+      }
     }
-    cv.notify_one();
+    if (waiter == nullptr) {
+      start(true);
+      return;
+    }
+    // Outside the lock: a stop requested already runs the callback here.
+    if (stop.stop_possible()) {
+      waiter->on_stop.emplace(stop, Waiter::Stopped{weak_from_this(), waiter});
+    }
+  }
+
+  void end_turn() {
+    std::shared_ptr<Waiter> next;
+    {
+      const std::lock_guard lock(mu);
+      if (waiters.empty()) {
+        busy = false;
+      } else {
+        next = std::move(waiters.front());  // busy stays: the turn passes on
+        waiters.pop_front();
+      }
+    }
+    if (next == nullptr) {
+      cv.notify_one();
+      return;
+    }
+    next->on_stop.reset();  // waits for a Stopped running on another thread (it finds nothing)
+    std::function<void(bool)> start = std::move(next->start);
+    start(true);
   }
 };
+
+void OpenPartialRun::Waiter::Stopped::operator()() const {
+  const std::shared_ptr<OpenPartialRun> self = run.lock();
+  const std::shared_ptr<Waiter> me = waiter.lock();
+  if (self == nullptr || me == nullptr) return;
+  std::function<void(bool)> start;
+  {
+    const std::lock_guard lock(self->mu);
+    const auto it = std::find(self->waiters.begin(), self->waiters.end(), me);
+    if (it == self->waiters.end()) return;  // got the turn meanwhile
+    self->waiters.erase(it);
+    start = std::move(me->start);
+  }
+  start(false);
+}
 
 // One open session. The session is declared before the partial runs, so the
 // handles are destroyed first (a session must outlive its handles).
@@ -466,6 +538,25 @@ Result<std::vector<Tensor>> SessionRegistry::run(std::string_view handle, const 
   return out;
 }
 
+void SessionRegistry::run_async(std::string_view handle, const NamedTensors& feeds,
+                                const std::vector<std::string>& fetches,
+                                const std::vector<std::string>& targets, const RunOptions& options,
+                                StepDone done) {
+  Result<std::shared_ptr<Entry>> found = find(handle);
+  if (!found.is_ok()) return done(found.status(), nullptr, nullptr);
+  if (Status s = check_feed_bytes(*this, feeds); !s.is_ok()) {
+    return done(std::move(s), nullptr, nullptr);
+  }
+  std::shared_ptr<Entry> entry = std::move(found).value();
+  Session& session = *entry->session;
+  session.run_async(feed_list(feeds), tensor_refs(fetches), target_refs(targets), options,
+                    [entry = std::move(entry), done = std::move(done)](
+                        Result<std::vector<Tensor>> out, RunMetadata* metadata) mutable {
+                      entry->touch();  // idle time counts from the end of the last call
+                      done(std::move(out), metadata, std::move(entry));
+                    });
+}
+
 Result<std::string> SessionRegistry::partial_run_setup(std::string_view handle,
                                                        const std::vector<std::string>& feeds,
                                                        const std::vector<std::string>& fetches,
@@ -543,6 +634,102 @@ Result<std::vector<Tensor>> SessionRegistry::partial_run(
   entry->touch();
   if (run->is_done()) forget();
   return out;
+}
+
+void SessionRegistry::partial_run_async(std::string_view handle, std::string_view partial_run_id,
+                                        const NamedTensors& feeds,
+                                        const std::vector<std::string>& fetches,
+                                        const std::vector<std::string>& targets,
+                                        const RunOptions& options, StepDone done) {
+  Result<std::shared_ptr<Entry>> found = find(handle);
+  if (!found.is_ok()) return done(found.status(), nullptr, nullptr);
+  std::shared_ptr<Entry> entry = std::move(found).value();
+  Result<std::shared_ptr<OpenPartialRun>> open = entry->find_partial_run(partial_run_id);
+  if (!open.is_ok()) return done(open.status(), nullptr, nullptr);
+  if (Status s = check_feed_bytes(*this, feeds); !s.is_ok()) {
+    return done(std::move(s), nullptr, nullptr);
+  }
+  // What the call needs once it has the turn, perhaps after this returns.
+  struct Call {
+    std::shared_ptr<Entry> entry;
+    std::shared_ptr<OpenPartialRun> run;
+    std::string id;
+    FeedList feeds;
+    std::vector<TensorRef> fetches;
+    std::vector<TargetRef> targets;
+    RunOptions options;
+    std::chrono::steady_clock::time_point arrived = std::chrono::steady_clock::now();
+    StepDone done;
+
+    void forget() const {
+      const std::lock_guard lock(entry->mu);
+      const auto it = entry->partial_runs.find(id);
+      if (it != entry->partial_runs.end() && it->second == run) entry->partial_runs.erase(it);
+    }
+    // Ends the call before its step: hands the turn on (when it had it),
+    // then answers.
+    void fail(Status status, bool had_turn) {
+      if (had_turn) run->end_turn();
+      done(std::move(status), nullptr, std::move(entry));
+    }
+  };
+  auto call = std::make_shared<Call>();
+  call->entry = std::move(entry);
+  call->run = std::move(open).value();
+  call->id = std::string(partial_run_id);
+  call->feeds = feed_list(feeds);
+  call->fetches = tensor_refs(fetches);
+  call->targets = target_refs(targets);
+  call->options = options;
+  call->done = std::move(done);
+  OpenPartialRun& run = *call->run;
+  run.take_turn_async(options.stop_token, [call = std::move(call)](bool got_turn) mutable {
+    if (!got_turn) {
+      return call->fail(cancelled("partial run '{}': the call was cancelled while it waited for "
+                                  "the call in progress on the same partial run",
+                                  call->id),
+                        false);
+    }
+    if (call->run->is_done()) {
+      // Failed or cancelled (perhaps by the call that had the turn): gone
+      // for the client, as after the call that ended it.
+      call->forget();
+      return call->fail(
+          not_found("partial run '{}' not found in session '{}'", call->id, call->entry->handle),
+          true);
+    }
+    // The call's timeout counts from its arrival, the wait for its turn
+    // included.
+    RunOptions call_options = call->options;
+    if (call_options.timeout) {
+      const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::steady_clock::now() - call->arrived);
+      if (waited > *call_options.timeout) {
+        return call->fail(deadline_exceeded("partial run '{}': the call's deadline expired while "
+                                            "it waited for the call in progress on the same "
+                                            "partial run",
+                                            call->id),
+                          true);
+      }
+      call_options.timeout = std::max(std::chrono::milliseconds(0), *call_options.timeout - waited);
+    }
+    Session& session = *call->entry->session;
+    OpenPartialRun& open_run = *call->run;
+    Call* raw = call.get();
+    session.partial_run_async(
+        open_run.handle, raw->feeds, raw->fetches, raw->targets, call_options,
+        [call = std::move(call)](Result<std::vector<Tensor>> out, RunMetadata* metadata) mutable {
+          call->entry->touch();
+          if (call->run->is_done()) call->forget();
+          call->run->end_turn();
+          StepDone answer = std::move(call->done);
+          std::shared_ptr<void> hold = std::move(call->entry);
+          // The rest of the call (its run, tensors) goes now; `hold` keeps
+          // the session.
+          call = nullptr;
+          answer(std::move(out), metadata, std::move(hold));
+        });
+  });
 }
 
 Status SessionRegistry::cancel_partial_run(std::string_view handle,

@@ -1,12 +1,14 @@
 #include <fmt/format.h>
+#include <google/protobuf/io/zero_copy_stream_impl_lite.h>
 #include <graphrun/session_service.h>
 #include <grpcpp/support/proto_buffer_reader.h>
 #include <grpcpp/support/proto_buffer_writer.h>
 
-#include "service/src/call_executor.h"
 #include "service/src/request_handler.h"
 
+#include <atomic>
 #include <chrono>
+#include <exception>
 #include <memory>
 #include <optional>
 #include <stop_token>
@@ -18,18 +20,6 @@ namespace {
 using service_internal::CallContext;
 using service_internal::Method;
 using service_internal::RequestHandler;
-
-// The reactor of a call: a client's cancellation (or its deadline passing)
-// requests a stop on the step's RunOptions::stop_token.
-class StopReactor final : public grpc::ServerUnaryReactor {
- public:
-  std::stop_token stop_token() const { return stop_.get_token(); }
-  void OnCancel() override { stop_.request_stop(); }
-  void OnDone() override { delete this; }  // after Finish; the call is over
-
- private:
-  std::stop_source stop_;
-};
 
 CallContext call_context(const grpc::CallbackServerContext& context, std::stop_token stop) {
   CallContext call;
@@ -57,26 +47,11 @@ grpc::Status finish_answer(Method method,
   return grpc::Status::OK;
 }
 
-// Parses, handles and answers one call; `response` is the call's buffer.
-// Never throws.
-grpc::Status answer(RequestHandler& handler, Method method, const grpc::ByteBuffer* request,
-                    grpc::ByteBuffer* response, const CallContext& call) noexcept {
+// The call's answer as a grpc::Status for an exception that escaped
+// (bad_alloc: the server ran out of memory).
+grpc::Status exception_status(Method method) noexcept {
   try {
-    Result<std::unique_ptr<google::protobuf::Message>> out = internal_error("not handled");
-    if (!request->Valid()) {
-      // No payload at all: an empty message.
-      out = handler.handle(method, std::string_view(), call);
-      return finish_answer(method, out, response);
-    }
-    grpc::ByteBuffer copy(*request);  // ProtoBufferReader wants a mutable buffer; shares slices
-    grpc::ProtoBufferReader reader(&copy);
-    if (!reader.status().ok()) {
-      return {grpc::StatusCode::INVALID_ARGUMENT,
-              fmt::format("the {} request could not be read: {}",
-                          service_internal::method_name(method), reader.status().error_message())};
-    }
-    out = handler.handle(method, reader, static_cast<int64_t>(request->Length()), call);
-    return finish_answer(method, out, response);
+    throw;
   } catch (const std::bad_alloc&) {
     return {grpc::StatusCode::RESOURCE_EXHAUSTED,
             fmt::format("{}: the server ran out of memory", service_internal::method_name(method))};
@@ -89,6 +64,70 @@ grpc::Status answer(RequestHandler& handler, Method method, const grpc::ByteBuff
   }
 }
 
+// Parses `request` and hands it to the handler: `answer_with(handler,
+// stream, size)` for a payload, or over an empty message when there is
+// none. The unreadable request's status, else OK.
+template <typename F>
+grpc::Status with_request(Method method, const grpc::ByteBuffer* request, F&& answer_with) {
+  if (!request->Valid()) {
+    // No payload at all: an empty message.
+    google::protobuf::io::ArrayInputStream empty(nullptr, 0);
+    answer_with(empty, int64_t{0});
+    return grpc::Status::OK;
+  }
+  grpc::ByteBuffer copy(*request);  // ProtoBufferReader wants a mutable buffer; shares slices
+  grpc::ProtoBufferReader reader(&copy);
+  if (!reader.status().ok()) {
+    return {grpc::StatusCode::INVALID_ARGUMENT,
+            fmt::format("the {} request could not be read: {}",
+                        service_internal::method_name(method), reader.status().error_message())};
+  }
+  answer_with(reader, static_cast<int64_t>(request->Length()));
+  return grpc::Status::OK;
+}
+
+// Parses, handles and answers one call; `response` is the call's buffer.
+// Never throws.
+grpc::Status answer(RequestHandler& handler, Method method, const grpc::ByteBuffer* request,
+                    grpc::ByteBuffer* response, const CallContext& call) noexcept {
+  try {
+    grpc::Status status;
+    grpc::Status read = with_request(
+        method, request, [&](google::protobuf::io::ZeroCopyInputStream& in, int64_t size) {
+          status = finish_answer(method, handler.handle(method, in, size, call), response);
+        });
+    return read.ok() ? status : read;
+  } catch (...) {
+    return exception_status(method);
+  }
+}
+
+// The reactor of a Run or PartialRun call: a client's cancellation (or its
+// deadline passing) requests a stop on the step's RunOptions::stop_token;
+// the step's done finishes it. It holds the call's session (so that the
+// session is never destroyed from its own done) and its place among the
+// calls in flight until gRPC is done with the call (OnDone).
+class StepReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit StepReactor(std::atomic<std::size_t>& in_flight) : in_flight_(in_flight) {}
+  std::stop_token stop_token() const { return stop_.get_token(); }
+  void finish(const grpc::Status& status, std::shared_ptr<void> hold) {
+    hold_ = std::move(hold);
+    Finish(status);
+  }
+  void OnCancel() override { stop_.request_stop(); }
+  void OnDone() override {
+    // release: pairs with the acquire of the next call's increment
+    in_flight_.fetch_sub(1, std::memory_order_acq_rel);
+    delete this;  // after Finish; the call is over
+  }
+
+ private:
+  std::atomic<std::size_t>& in_flight_;  // not owned; the service's
+  std::stop_source stop_;
+  std::shared_ptr<void> hold_;  // the call's session, from its done to OnDone
+};
+
 // A short RPC, answered on the gRPC callback thread.
 grpc::ServerUnaryReactor* answer_now(RequestHandler& handler, Method method,
                                      grpc::CallbackServerContext* context,
@@ -98,25 +137,51 @@ grpc::ServerUnaryReactor* answer_now(RequestHandler& handler, Method method,
   return reactor;
 }
 
-// Run and PartialRun, on an executor thread. The reactor is returned at
-// once so that gRPC can deliver the client's cancellation while the step
-// runs; the context, request and response live until the reactor's OnDone,
-// which comes after Finish.
-grpc::ServerUnaryReactor* answer_later(RequestHandler& handler,
-                                       service_internal::CallExecutor& executor, Method method,
+// Run and PartialRun, without a thread waiting for the step: the handler
+// starts the step, whose done encodes the response into `response` and
+// finishes the reactor (on a pool thread, or on this one when the call
+// fails before its step or a quick step ran inline). The reactor is
+// returned at once so that gRPC can deliver the client's cancellation
+// while the step runs; the context, request and response live until the
+// reactor's OnDone, which comes after Finish. Past `max_in_flight` calls
+// in flight, a call is RESOURCE_EXHAUSTED.
+grpc::ServerUnaryReactor* answer_async(RequestHandler& handler, std::atomic<std::size_t>& in_flight,
+                                       std::size_t max_in_flight, Method method,
                                        grpc::CallbackServerContext* context,
                                        const grpc::ByteBuffer* request,
                                        grpc::ByteBuffer* response) {
-  auto* reactor = new StopReactor();
+  // acquire: pairs with OnDone's release
+  const std::size_t before = in_flight.fetch_add(1, std::memory_order_acq_rel);
+  auto* reactor = new StepReactor(in_flight);
+  if (before >= max_in_flight) {
+    reactor->finish({grpc::StatusCode::RESOURCE_EXHAUSTED,
+                     fmt::format("{}: the server has {} Run and PartialRun calls in flight (limit "
+                                 "max_calls_in_flight = {})",
+                                 service_internal::method_name(method), before, max_in_flight)},
+                    nullptr);
+    return reactor;
+  }
   try {
-    executor.submit([&handler, method, context, request, response, reactor] {
-      reactor->Finish(answer(handler, method, request, response,
-                             call_context(*context, reactor->stop_token())));
-    });
-  } catch (const std::exception& e) {
-    reactor->Finish({grpc::StatusCode::RESOURCE_EXHAUSTED,
-                     fmt::format("{}: the server could not queue the call: {}",
-                                 service_internal::method_name(method), e.what())});
+    const CallContext call = call_context(*context, reactor->stop_token());
+    grpc::Status read = with_request(
+        method, request, [&](google::protobuf::io::ZeroCopyInputStream& in, int64_t size) {
+          handler.handle_async(
+              method, in, size, call,
+              [method, reactor, response](Result<std::unique_ptr<google::protobuf::Message>> out,
+                                          std::shared_ptr<void> hold) {
+                grpc::Status status;
+                try {
+                  status = finish_answer(method, out, response);
+                } catch (...) {
+                  status = exception_status(method);
+                }
+                reactor->finish(status, std::move(hold));
+              });
+        });
+    if (!read.ok()) reactor->finish(read, nullptr);
+  } catch (...) {
+    // Only before the handler took the call (handle_async never throws).
+    reactor->finish(exception_status(method), nullptr);
   }
   return reactor;
 }
@@ -150,13 +215,15 @@ grpc::Status to_grpc_status(const Status& status) {
   return {static_cast<grpc::StatusCode>(status.code()), cap_status_message(status.message())};
 }
 
-SessionServiceImpl::SessionServiceImpl(SessionRegistry& registry, std::size_t max_step_threads)
+SessionServiceImpl::SessionServiceImpl(SessionRegistry& registry, std::size_t max_calls_in_flight)
     : handler_(std::make_unique<RequestHandler>(registry)),
-      executor_(std::make_unique<service_internal::CallExecutor>(max_step_threads)) {}
+      max_calls_in_flight_(max_calls_in_flight == 0 ? 1 : max_calls_in_flight) {}
 
-// The executor first: its destructor runs and waits for the queued steps,
-// which use the handler.
-SessionServiceImpl::~SessionServiceImpl() { executor_.reset(); }
+SessionServiceImpl::~SessionServiceImpl() = default;
+
+std::size_t SessionServiceImpl::calls_in_flight() const {
+  return calls_in_flight_.load(std::memory_order_acquire);  // pairs with OnDone's release
+}
 
 #define GRAPHRUN_ANSWER_NOW(Name)                                                          \
   grpc::ServerUnaryReactor* SessionServiceImpl::Name(grpc::CallbackServerContext* context, \
@@ -175,13 +242,15 @@ GRAPHRUN_ANSWER_NOW(ListSessions)
 grpc::ServerUnaryReactor* SessionServiceImpl::Run(grpc::CallbackServerContext* context,
                                                   const grpc::ByteBuffer* request,
                                                   grpc::ByteBuffer* response) {
-  return answer_later(*handler_, *executor_, Method::kRun, context, request, response);
+  return answer_async(*handler_, calls_in_flight_, max_calls_in_flight_, Method::kRun, context,
+                      request, response);
 }
 
 grpc::ServerUnaryReactor* SessionServiceImpl::PartialRun(grpc::CallbackServerContext* context,
                                                          const grpc::ByteBuffer* request,
                                                          grpc::ByteBuffer* response) {
-  return answer_later(*handler_, *executor_, Method::kPartialRun, context, request, response);
+  return answer_async(*handler_, calls_in_flight_, max_calls_in_flight_, Method::kPartialRun,
+                      context, request, response);
 }
 
 }  // namespace graphrun

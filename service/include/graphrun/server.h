@@ -18,6 +18,7 @@
 #include <graphrun/status.h>
 
 #include <chrono>
+#include <cstddef>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -41,6 +42,11 @@ struct ServerOptions {
   /// What the registry allows (sessions, partial runs, bytes, threads, idle
   /// timeouts).
   ServiceLimits limits;
+  /// Run and PartialRun calls in flight at once (queued for the sessions'
+  /// pools or running); past it a call is RESOURCE_EXHAUSTED naming the
+  /// limit (SessionServiceImpl's max_calls_in_flight). No thread is held
+  /// per call, so this bounds queued work, not threads. At least 1.
+  std::size_t max_calls_in_flight = 4096;
 
   ///@{
   /// TLS: the server's certificate chain and private key, PEM *contents*

@@ -30,6 +30,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -156,6 +157,23 @@ class SessionRegistry {
                                   const std::vector<std::string>& targets,
                                   const RunOptions& options = {}, RunMetadata* metadata = nullptr);
 
+  /// What run_async() and partial_run_async() report: Session's RunDone
+  /// (the fetches or the status; the step statistics when tracing, valid
+  /// only during the call) and `hold`, which keeps the session alive (null
+  /// when the call failed before it reached a session). `done` must not
+  /// drop the last copy of `hold` itself, because a session cannot be
+  /// destroyed from its own done: keep it past `done` (the gRPC layer drops
+  /// it when gRPC is done with the call). `done` follows RunDone's contract
+  /// (exactly once; on the calling thread when the call fails before it
+  /// starts).
+  using StepDone = std::function<void(Result<std::vector<Tensor>> result, RunMetadata* metadata,
+                                      std::shared_ptr<void> hold)>;
+  /// run() without waiting: Session::run_async with names. The session is
+  /// kept alive, and counts as in use (never idle), until `done`.
+  void run_async(std::string_view handle, const NamedTensors& feeds,
+                 const std::vector<std::string>& fetches, const std::vector<std::string>& targets,
+                 const RunOptions& options, StepDone done);
+
   /// Session::partial_run_setup with names; returns the partial run's id
   /// ("pr-" + 32 hex digits), kept by the session until it completes or is
   /// cancelled. ResourceExhausted when max_partial_runs_per_session are open.
@@ -178,6 +196,15 @@ class SessionRegistry {
                                           const std::vector<std::string>& targets,
                                           const RunOptions& options = {},
                                           RunMetadata* metadata = nullptr);
+  /// partial_run() without waiting: Session::partial_run_async. A call that
+  /// finds another in progress on the same partial run queues behind it
+  /// (in order) holding no thread; its stop ends the wait at once
+  /// (Cancelled), and its timeout, counted from its arrival, is checked
+  /// when its turn comes (DeadlineExceeded).
+  void partial_run_async(std::string_view handle, std::string_view partial_run_id,
+                         const NamedTensors& feeds, const std::vector<std::string>& fetches,
+                         const std::vector<std::string>& targets, const RunOptions& options,
+                         StepDone done);
   /// Cancels the partial run and forgets it. NotFound as partial_run().
   Status cancel_partial_run(std::string_view handle, std::string_view partial_run_id);
 

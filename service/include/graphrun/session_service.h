@@ -11,11 +11,14 @@
 ///   cancelled as a whole;
 /// * a graphrun Status becomes a grpc::Status with the same code and its
 ///   message capped at kMaxStatusMessageBytes (cap_status_message).
-/// Run and PartialRun steps run on threads of the service's own (a handler
-/// returns its reactor at once, so that gRPC can deliver a cancellation and
-/// its callback threads never block); the other RPCs are short and run on
-/// the gRPC callback thread. The handling itself (parsing with limits,
-/// checks, the registry call) is transport-free (service/src/request_handler.h).
+/// Run and PartialRun start their step with the session's asynchronous
+/// calls (Session::run_async, partial_run_async) and return their reactor at
+/// once, so that gRPC can deliver a cancellation and no thread waits for a
+/// step: the step's done encodes the response and finishes the call (a
+/// quick step may run to its end on the gRPC thread). A call that finds the
+/// session's pool busy waits in the pool's queue holding no thread. The
+/// other RPCs are short and run on the gRPC callback thread. The handling itself (parsing with
+/// limits, checks, the registry call) is transport-free (service/src/request_handler.h).
 ///
 /// Most users want graphrun/server.h, which builds a configured server
 /// around this service.
@@ -26,6 +29,7 @@
 #include <graphrun/v1/session_service.grpc.pb.h>
 #include <grpcpp/grpcpp.h>
 
+#include <atomic>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -34,7 +38,6 @@
 namespace graphrun {
 
 namespace service_internal {
-class CallExecutor;
 class RequestHandler;
 }  // namespace service_internal
 
@@ -81,8 +84,15 @@ using RawSessionService = v1::SessionService::WithRawCallbackMethod_CreateSessio
 /// steps still running).
 class SessionServiceImpl final : public RawSessionService {
  public:
-  /// Steps of at most `max_step_threads` calls run at once; more queue.
-  explicit SessionServiceImpl(SessionRegistry& registry, std::size_t max_step_threads = 256);
+  /// At most `max_calls_in_flight` Run and PartialRun calls are in flight at
+  /// once (from their arrival until gRPC is done with them); a call past it
+  /// is RESOURCE_EXHAUSTED naming the limit, so that clients cannot queue
+  /// unbounded work. No thread is held per call: the bound is on queued
+  /// work (requests, feeds), not on threads.
+  explicit SessionServiceImpl(SessionRegistry& registry,
+                              std::size_t max_calls_in_flight = kDefaultMaxCallsInFlight);
+  /// The default of max_calls_in_flight.
+  static constexpr std::size_t kDefaultMaxCallsInFlight = 4096;
   ~SessionServiceImpl() override;
   SessionServiceImpl(const SessionServiceImpl&) = delete;
   SessionServiceImpl& operator=(const SessionServiceImpl&) = delete;
@@ -93,7 +103,7 @@ class SessionServiceImpl final : public RawSessionService {
   ///@{
   /// An RPC handler, called by gRPC: parses `request`, makes one registry
   /// call and writes `response`. Run and PartialRun return their reactor at
-  /// once and run the step on the service's own threads.
+  /// once and finish it from the step's done (no thread waits for the step).
   Reactor* CreateSession(Context* context, const Bytes* request, Bytes* response) override;
   Reactor* ExtendSession(Context* context, const Bytes* request, Bytes* response) override;
   Reactor* Run(Context* context, const Bytes* request, Bytes* response) override;
@@ -104,9 +114,13 @@ class SessionServiceImpl final : public RawSessionService {
   Reactor* ListSessions(Context* context, const Bytes* request, Bytes* response) override;
   ///@}
 
+  /// Run and PartialRun calls in flight now. Thread-safe.
+  std::size_t calls_in_flight() const;
+
  private:
   std::unique_ptr<service_internal::RequestHandler> handler_;  // borrows the registry
-  std::unique_ptr<service_internal::CallExecutor> executor_;
+  const std::size_t max_calls_in_flight_;
+  std::atomic<std::size_t> calls_in_flight_{0};
 };
 
 }  // namespace graphrun
