@@ -16,7 +16,6 @@
 // process's thread count while the 1000 are pending (threads, against
 // threads_idle before), p50_ms / p99_ms latency from call to done.
 #include <benchmark/benchmark.h>
-#include <dirent.h>
 
 #include <graphrun/graphrun.h>
 
@@ -31,22 +30,12 @@
 
 #include "bench/common/raw_graph.h"
 #include "bench/common/small_graph.h"
+#include "tests/testing/process.h"
 
 namespace graphrun::bench {
 namespace {
 
 constexpr int kBatch = 64;
-
-int thread_count() {
-  int n = 0;
-  DIR* dir = opendir("/proc/self/task");
-  if (dir == nullptr) return -1;
-  while (const dirent* e = readdir(dir)) {
-    if (e->d_name[0] != '.') ++n;
-  }
-  closedir(dir);
-  return n;
-}
 
 // A diamond of Call nodes: in -> a -> (b1..b6) -> sum of the six.
 struct CallGraph {
@@ -157,7 +146,7 @@ void BM_InFlight1000(benchmark::State& state) {
   Callable c = session->make_callable({x}, {y}).value();
   std::vector<Tensor> warm(1);
   check_ok(c.run(std::vector<Tensor>{Tensor(1.0f)}, warm), "warm-up run");
-  const int idle_threads = thread_count();
+  const int idle_threads = testing::process_thread_count();
   std::vector<double> latencies_ms;
   int peak_threads = 0;
   std::atomic<int> errors{0};
@@ -177,7 +166,7 @@ void BM_InFlight1000(benchmark::State& state) {
         done.count_down();
       });
     }
-    peak_threads = std::max(peak_threads, thread_count());
+    peak_threads = std::max(peak_threads, testing::process_thread_count());
     done.wait();
     seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     steps += kCalls;

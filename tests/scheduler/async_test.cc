@@ -9,8 +9,6 @@
 #include <graphrun/graphrun.h>
 #include <gtest/gtest.h>
 
-#include <dirent.h>
-
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
@@ -20,52 +18,18 @@
 #include <thread>
 #include <vector>
 
+#include "tests/testing/gate.h"
 #include "tests/testing/op_harness.h"
+#include "tests/testing/process.h"
 
 namespace graphrun {
 namespace {
 
+using ::graphrun::testing::Gate;
 using ::graphrun::testing::IsOk;
+using ::graphrun::testing::process_thread_count;
 using ::graphrun::testing::StatusIs;
 using Fetched = Result<std::vector<Tensor>>;
-
-// Shut until open(); wait() gives up after 20 s.
-class Gate {
- public:
-  void open() {
-    {
-      const std::lock_guard lock(mu_);
-      open_ = true;
-    }
-    cv_.notify_all();
-  }
-  bool is_open() {
-    const std::lock_guard lock(mu_);
-    return open_;
-  }
-  void wait() {
-    std::unique_lock lock(mu_);
-    cv_.wait_for(lock, std::chrono::seconds(20), [this] { return open_; });
-  }
-  void enter() {
-    {
-      const std::lock_guard lock(mu_);
-      ++entered_;
-    }
-    cv_.notify_all();
-  }
-  // Waits until `n` kernels have entered (false after 20 s).
-  bool await_entered(int n = 1) {
-    std::unique_lock lock(mu_);
-    return cv_.wait_for(lock, std::chrono::seconds(20), [&] { return entered_ >= n; });
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = false;
-  int entered_ = 0;
-};
 
 // Counts calls of done and keeps the last result; wait() blocks until `n`
 // calls arrived (20 s at most).
@@ -106,17 +70,6 @@ class Dones {
   int errors_ = 0;
   Fetched last_ = Status(cancelled("no call yet"));
 };
-
-int thread_count() {
-  int n = 0;
-  DIR* dir = opendir("/proc/self/task");
-  if (dir == nullptr) return -1;
-  while (const dirent* e = readdir(dir)) {
-    if (e->d_name[0] != '.') ++n;
-  }
-  closedir(dir);
-  return n;
-}
 
 std::unique_ptr<Session> session_with_threads(const Graph& g, int threads) {
   SessionOptions options;
@@ -163,8 +116,7 @@ struct Blocked {
     block = ops::Call(
         g, {}, {DType::kFloat32},
         [&gate](std::span<const Tensor>) -> Result<std::vector<Tensor>> {
-          gate.enter();
-          gate.wait();
+          gate.enter_and_wait();
           return std::vector<Tensor>{Tensor(1.0f)};
         },
         {}, "block")[0];
@@ -369,7 +321,7 @@ class QueuedTest : public ::testing::Test {
 };
 
 TEST_F(QueuedTest, QueuedCallsHoldNoThreadAndAllComplete) {
-  const int threads_before = thread_count();
+  const int threads_before = process_thread_count();
   constexpr int kCalls = 10000;
   Dones dones;
   Callable c = s_->make_callable({m_.x}, {m_.sq}).value();
@@ -381,7 +333,7 @@ TEST_F(QueuedTest, QueuedCallsHoldNoThreadAndAllComplete) {
     }
   }
   EXPECT_EQ(dones.calls(), 0) << "every call waits for the blocked thread";
-  EXPECT_LE(thread_count(), threads_before + 1) << "a queued call must not hold a thread";
+  EXPECT_LE(process_thread_count(), threads_before + 1) << "a queued call must not hold a thread";
   gate_.open();
   ASSERT_TRUE(dones.wait(kCalls));
   EXPECT_EQ(dones.errors(), 0);
@@ -751,7 +703,7 @@ TEST(PartialRunAsyncTest, ManyRunsBetweenFeedsHoldNoThread) {
     s->partial_run_async(h, {{m.a, Tensor(2.0f)}}, {m.sa}, {}, {}, firsts.make());
   ASSERT_TRUE(firsts.wait(kRuns));
   EXPECT_EQ(firsts.errors(), 0);
-  const int threads = thread_count();
+  const int threads = process_thread_count();
   EXPECT_EQ(s->num_open_partial_runs(), static_cast<std::size_t>(kRuns));
   Dones seconds;
   for (PartialRunHandle& h : runs)
@@ -759,7 +711,7 @@ TEST(PartialRunAsyncTest, ManyRunsBetweenFeedsHoldNoThread) {
   ASSERT_TRUE(seconds.wait(kRuns));
   EXPECT_EQ(seconds.errors(), 0);
   EXPECT_EQ((*seconds.last())[0].scalar<float>(), 5.0f);
-  EXPECT_LE(thread_count(), threads + 1);
+  EXPECT_LE(process_thread_count(), threads + 1);
   EXPECT_EQ(s->num_open_partial_runs(), 0u);
   EXPECT_EQ((*s->run({}, {m.read}))[0].scalar<float>(), static_cast<float>(kRuns))
       << "each run's target acted once";

@@ -16,51 +16,15 @@
 #include <stop_token>
 #include <thread>
 
+#include "tests/testing/gate.h"
 #include "tests/testing/op_harness.h"
 
 namespace graphrun {
 namespace {
 
+using ::graphrun::testing::Gate;
 using ::graphrun::testing::IsOk;
 using ::graphrun::testing::StatusIs;
-
-// Shut until open(); wait() gives up after 20 s.
-class Gate {
- public:
-  void open() {
-    {
-      const std::lock_guard lock(mu_);
-      open_ = true;
-    }
-    cv_.notify_all();
-  }
-  bool is_open() {
-    const std::lock_guard lock(mu_);
-    return open_;
-  }
-  void wait() {
-    std::unique_lock lock(mu_);
-    cv_.wait_for(lock, std::chrono::seconds(20), [this] { return open_; });
-  }
-  // Waits until the blocking kernel has started.
-  void await_entered() {
-    std::unique_lock lock(mu_);
-    cv_.wait_for(lock, std::chrono::seconds(20), [this] { return entered_; });
-  }
-  void enter() {
-    {
-      const std::lock_guard lock(mu_);
-      entered_ = true;
-    }
-    cv_.notify_all();
-  }
-
- private:
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool open_ = false;
-  bool entered_ = false;
-};
 
 // "block": a kernel that holds its thread until the gate opens; "sq": an
 // unrelated Square of x.
@@ -73,8 +37,7 @@ struct Blocked {
     block = ops::Call(
         g, {}, {DType::kFloat32},
         [&gate](std::span<const Tensor>) -> Result<std::vector<Tensor>> {
-          gate.enter();
-          gate.wait();
+          gate.enter_and_wait();
           return std::vector<Tensor>{Tensor(1.0f)};
         },
         {}, "block")[0];
