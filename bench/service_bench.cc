@@ -14,18 +14,33 @@
 // RemoteThroughput (1 and 8 client threads, items/s = runs/s of all threads):
 //   Session        every thread Session::run on one shared session
 //   RemoteSession  every thread RemoteSession::run on one shared remote session
-//                  (one channel; the server runs each call on its own threads)
+//                  (one channel; the server starts each step asynchronously)
+// RemoteInFlight_SlowStep/N (issue 15): N concurrent clients (the stub's
+//   callback API, one channel) each running a step that sleeps 100 ms in a
+//   kernel, against a session on a 2-thread pool: the pool's capacity is 20
+//   steps/s. One iteration of N calls; counters steps_per_s (N over the
+//   wall time of the batch), p50_ms / p99_ms (each call's latency, client
+//   side) and threads (the process's peak /proc/self/task count while the
+//   calls were in flight; client, server and pool share the process).
 #include <benchmark/benchmark.h>
 
 #include <graphrun/graph_def.h>
 #include <graphrun/graphrun.h>
+#include <graphrun/op_kernel.h>
 #include <graphrun/remote_session.h>
 #include <graphrun/server.h>
 #include <graphrun/v1/session_service.grpc.pb.h>
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -152,6 +167,137 @@ void BM_RemoteThroughput_RemoteSession(benchmark::State& state) {
   run_loop(state, *Fixture::get().remote);
 }
 BENCHMARK(BM_RemoteThroughput_RemoteSession)->Threads(1)->Threads(8)->UseRealTime();
+
+// BenchSleep(x; ms): y = x after `ms` milliseconds (a kernel that holds its
+// pool thread, as a slow model step would).
+class SleepOp final : public OpKernel {
+ public:
+  explicit SleepOp(int64_t ms) : ms_(ms) {}
+  Status compute(OpKernelContext& ctx) override {
+    std::this_thread::sleep_for(std::chrono::milliseconds(ms_));
+    return ctx.set_output(0, ctx.input(0));
+  }
+
+ private:
+  const int64_t ms_;
+};
+
+void register_sleep_op() {
+  static const Status registered =
+      OpRegistry::global().add(OpDef("BenchSleep")
+                                   .input("x", DType::kFloat32)
+                                   .output("y", DType::kFloat32)
+                                   .attr("ms", int64_t{100})
+                                   .shape_fn(shape_fns::unchanged),
+                               [](OpKernelConstruction& c) -> Result<std::unique_ptr<OpKernel>> {
+                                 GRAPHRUN_ASSIGN_OR_RETURN(int64_t ms, c.attr<int64_t>("ms"));
+                                 return std::make_unique<SleepOp>(ms);
+                               });
+  check_ok(registered, "registering BenchSleep");
+}
+
+std::size_t thread_count() {
+  std::size_t n = 0;
+  for ([[maybe_unused]] const auto& entry : std::filesystem::directory_iterator("/proc/self/task"))
+    ++n;
+  return n;
+}
+
+void BM_RemoteInFlight_SlowStep(benchmark::State& state) {
+  register_sleep_op();
+  const int n = static_cast<int>(state.range(0));
+  std::unique_ptr<Server> server = Server::start().value();
+  auto stub = v1::SessionService::NewStub(
+      grpc::CreateChannel(server->address(), grpc::InsecureChannelCredentials()));
+  Graph g;
+  Output c = ops::Const(g, Tensor(2.0f), "c");
+  Output slept = g.add_node(NodeSpec{.op = "BenchSleep",
+                                     .name = "sleep",
+                                     .inputs = {c},
+                                     .attrs = {{"ms", AttrValue(int64_t{100})}}})
+                     .value()
+                     ->output(0);
+  ops::Identity(g, slept, "out");
+  v1::CreateSessionRequest create;
+  *create.mutable_graph_def() = graph_to_graph_def(g).value();
+  create.mutable_config()->set_inter_op_threads(2);
+  v1::CreateSessionResponse created;
+  {
+    grpc::ClientContext context;
+    const grpc::Status status = stub->CreateSession(&context, create, &created);
+    if (!status.ok()) return state.SkipWithError(status.error_message().c_str());
+  }
+  v1::RunRequest request;
+  request.set_session_handle(created.session_handle());
+  request.add_fetch(std::string("out"));
+
+  struct Call {
+    grpc::ClientContext context;
+    v1::RunResponse response;
+    grpc::Status status;
+    std::chrono::steady_clock::time_point start;
+    std::chrono::nanoseconds latency{0};
+  };
+  std::vector<double> latencies_ms;
+  double steps_per_s = 0;
+  std::size_t peak_threads = 0;
+  int failed = 0;
+  std::string error;
+  for (auto _ : state) {
+    std::vector<std::unique_ptr<Call>> calls;
+    calls.reserve(static_cast<std::size_t>(n));
+    std::mutex mu;
+    std::condition_variable cv;
+    int pending = n;
+    const auto start = std::chrono::steady_clock::now();
+    for (int i = 0; i < n; ++i) {
+      calls.push_back(std::make_unique<Call>());
+      Call* call = calls.back().get();
+      call->start = std::chrono::steady_clock::now();
+      stub->async()->Run(&call->context, &request, &call->response, [&, call](grpc::Status s) {
+        call->latency = std::chrono::steady_clock::now() - call->start;
+        call->status = std::move(s);
+        const std::lock_guard lock(mu);
+        if (--pending == 0) cv.notify_all();
+      });
+    }
+    {
+      std::unique_lock lock(mu);
+      while (!cv.wait_for(lock, std::chrono::milliseconds(10), [&] { return pending == 0; })) {
+        peak_threads = std::max(peak_threads, thread_count());
+      }
+    }
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    steps_per_s = n / seconds;
+    for (const auto& call : calls) {
+      if (!call->status.ok()) {
+        ++failed;
+        if (error.empty()) error = call->status.error_message();
+        continue;
+      }
+      latencies_ms.push_back(std::chrono::duration<double, std::milli>(call->latency).count());
+    }
+  }
+  if (failed > 0) return state.SkipWithError(("failed calls: " + error).c_str());
+  std::sort(latencies_ms.begin(), latencies_ms.end());
+  const auto percentile = [&](double p) {
+    if (latencies_ms.empty()) return 0.0;
+    const auto i = static_cast<std::size_t>(p * static_cast<double>(latencies_ms.size() - 1));
+    return latencies_ms[i];
+  };
+  state.counters["steps_per_s"] = steps_per_s;
+  state.counters["p50_ms"] = percentile(0.50);
+  state.counters["p99_ms"] = percentile(0.99);
+  state.counters["threads"] = static_cast<double>(peak_threads);
+  state.SetItemsProcessed(state.iterations() * n);
+  server->shutdown();
+}
+BENCHMARK(BM_RemoteInFlight_SlowStep)
+    ->Arg(1000)
+    ->Iterations(1)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace graphrun::bench
