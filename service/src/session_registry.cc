@@ -160,7 +160,9 @@ struct OpenPartialRun : std::enable_shared_from_this<OpenPartialRun> {
       cv.notify_one();
       return;
     }
-    next->on_stop.reset();  // waits for a Stopped running on another thread (it finds nothing)
+    // The waiter's stop callback stays registered until the waiter goes
+    // (when `next` and take_turn_async() let go of it): a stop from now on
+    // finds it out of the queue and does nothing.
     std::function<void(bool)> start = std::move(next->start);
     start(true);
   }

@@ -7,7 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <future>
+#include <memory>
 #include <regex>
+#include <stop_token>
 #include <thread>
 
 #include "tests/service/slow_graph.h"
@@ -271,6 +274,78 @@ TEST(SessionRegistryTest, CallsOnOnePartialRunTakeTurns) {
     EXPECT_THAT(second, StatusIs(StatusCode::kNotFound, pr));  // the run completed
   } else {
     EXPECT_THAT(second, IsOkAndHolds(ElementsAre(TensorEq(Tensor(1.0f)))));
+  }
+}
+
+// What an asynchronous registry call reported, for the test thread to wait
+// for (and to let go of the session it held).
+struct AsyncResult {
+  std::promise<Result<std::vector<Tensor>>> promise;
+  std::shared_ptr<void> hold;
+  std::future<Result<std::vector<Tensor>>> future = promise.get_future();
+  SessionRegistry::StepDone done() {
+    return [this](Result<std::vector<Tensor>> out, RunMetadata*, std::shared_ptr<void> h) {
+      hold = std::move(h);  // kept past done: a session is not destroyed from its own done
+      promise.set_value(std::move(out));
+    };
+  }
+};
+
+TEST(SessionRegistryTest, RunAsyncAnswersAndHoldsTheSession) {
+  SessionRegistry registry;
+  const std::string s = registry.create(doubler()).value().handle;
+  AsyncResult ok;
+  registry.run_async(s, {{"x", Tensor(3.0f)}}, {"y"}, {}, {}, ok.done());
+  EXPECT_THAT(ok.future.get(), IsOkAndHolds(ElementsAre(TensorEq(Tensor(6.0f)))));
+  EXPECT_NE(ok.hold, nullptr);
+  AsyncResult missing;
+  registry.run_async("s-nope", {}, {"y"}, {}, {}, missing.done());
+  EXPECT_THAT(missing.future.get(), StatusIs(StatusCode::kNotFound, "s-nope"));
+  EXPECT_EQ(missing.hold, nullptr);
+}
+
+// A session closed while its step runs: the step ends Cancelled, and the
+// session lives on in the call's hold until the caller lets go of it.
+TEST(SessionRegistryTest, RunAsyncOnASessionClosedMeanwhile) {
+  SessionRegistry registry;
+  const std::string s = registry.create(testing::slow_graph_def()).value().handle;
+  AsyncResult slow;
+  registry.run_async(s, {}, {"slow"}, {}, {}, slow.done());
+  ASSERT_THAT(registry.close(s), IsOk());
+  EXPECT_THAT(slow.future.get(), StatusIs(StatusCode::kCancelled, ""));
+  EXPECT_EQ(registry.size(), 0u);
+  slow.hold.reset();  // the session is destroyed here, outside its done
+}
+
+// Asynchronous calls on one partial run queue behind the one in progress
+// (holding no thread) and take their turns in order; a queued call's stop
+// ends its wait at once.
+TEST(SessionRegistryTest, AsyncCallsOnOnePartialRunQueueAndLeaveAtTheirStop) {
+  SessionRegistry registry;
+  const std::string s = registry.create(testing::slow_partial_graph_def(300)).value().handle;
+  const std::string pr = registry.partial_run_setup(s, {"a", "x"}, {"a2", "slow"}, {}).value();
+  AsyncResult first;
+  registry.partial_run_async(s, pr, {{"x", Tensor::filled(Shape{kSlowDim, kSlowDim}, 0.001f)}},
+                             {"slow"}, {}, {}, first.done());
+  std::stop_source stop;
+  RunOptions stoppable;
+  stoppable.stop_token = stop.get_token();
+  AsyncResult stopped;
+  registry.partial_run_async(s, pr, {{"a", Tensor(1.0f)}}, {"a2"}, {}, stoppable, stopped.done());
+  AsyncResult third;
+  registry.partial_run_async(s, pr, {{"a", Tensor(2.0f)}}, {"a2"}, {}, {}, third.done());
+  stop.request_stop();
+  const Result<std::vector<Tensor>> stopped_out = stopped.future.get();
+  EXPECT_THAT(first.future.get(), IsOk());
+  const Result<std::vector<Tensor>> third_out = third.future.get();
+  if (stopped_out.is_ok()) {
+    // The first call ended before the stop: the second fed a, and the run
+    // completed with it.
+    GTEST_LOG_(INFO) << "the first call ended before the second was stopped";
+    EXPECT_THAT(third_out, StatusIs(StatusCode::kNotFound, pr));
+  } else {
+    EXPECT_THAT(stopped_out, StatusIs(StatusCode::kCancelled, "while it waited"));
+    EXPECT_THAT(third_out, IsOkAndHolds(ElementsAre(TensorEq(Tensor(2.0f)))));
   }
 }
 
