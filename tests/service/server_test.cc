@@ -666,6 +666,8 @@ TEST(GraphrunServerBinaryTest, BadFlagsAreOneLineOnStderr) {
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--no-such-flag"}, "--no-such-flag"},
       {{"--max-sessions", "0"}, "--max-sessions: expected a positive integer, got '0'"},
+      {{"--max-calls-in-flight", "0"},
+       "--max-calls-in-flight: expected a positive integer, got '0'"},
       {{"--grace-period", "soon"}, "--grace-period 'soon'"},
       {{"--tls-cert", token}, "--tls-cert and --tls-key go together"},
       {{"--token-file", dir.path() + "/missing"}, "--token-file: cannot read"},

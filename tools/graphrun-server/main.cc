@@ -175,6 +175,11 @@ int main(int argc, char** argv) {
       ->capture_default_str()
       ->check(positive)
       ->check(CLI::Range(1, graphrun::ThreadPool::max_threads()));
+  app.add_option("--max-calls-in-flight", options.max_calls_in_flight,
+                 "Run and PartialRun calls in flight at once, queued or running (no thread is "
+                 "held per call); past it a call is RESOURCE_EXHAUSTED")
+      ->capture_default_str()
+      ->check(positive);
   std::string socket_mode = "0600";
   app.add_option("--unix-socket-mode", socket_mode,
                  "file mode (octal) of a unix:PATH socket; 0600: only this user (and root) may "
