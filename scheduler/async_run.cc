@@ -64,6 +64,13 @@ void QueuedCall::on_closed() {
   reject(session_closed_status());
 }
 
+bool QueuedCall::leave_queue() { return pool_->permits().remove(this); }
+
+void QueuedCall::reject_left(Status why) {
+  cancel_queue_timer();
+  reject(std::move(why));
+}
+
 void QueuedCall::on_queue_deadline() {
   if (!pool_->permits().remove(this)) return;  // granted meanwhile
   cancel_queue_timer();                        // this callback: nothing to wait for

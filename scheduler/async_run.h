@@ -44,6 +44,13 @@ class QueuedCall : public AsyncPermitWaiter {
   void on_granted() final;
   void on_closed() final;
 
+  // For an owner that must end a queued call (a partial run cancelled
+  // while its asynchronous call waits for a thread): leave_queue() takes
+  // the call out of the queue (true) or finds it admitted or gone (false);
+  // after true, reject_left() reports `why` (and deletes the call).
+  bool leave_queue();
+  void reject_left(Status why);
+
  protected:
   QueuedCall(SessionImpl* session, std::optional<std::chrono::steady_clock::time_point> deadline,
              std::stop_token stop);

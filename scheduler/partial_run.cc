@@ -381,6 +381,10 @@ class PartialRun::AsyncCall final : public QueuedCall {
   }
 
   void report(Result<std::vector<Tensor>> result) {
+    {
+      const std::lock_guard lock(run_->pending_mu_);
+      run_->pending_call_ = nullptr;
+    }
     run_->end_if_failed();
     call_lock_.unlock();  // before done: it may call this run again
     RunDone done = std::move(done_);
@@ -424,6 +428,10 @@ void PartialRun::call_async(const FeedList& feeds, const std::vector<TensorRef>&
   }
   auto* call = new AsyncCall(session, shared_from_this(), std::move(call_lock), std::move(*steps),
                              options, std::move(done));
+  {
+    const std::lock_guard lock(pending_mu_);
+    pending_call_ = call;
+  }
   call->admit();
 }
 
@@ -473,6 +481,16 @@ void PartialRun::cancel(const Status& why) {
   // Wakes a call in progress (it then ends the run and lets go of call_mu_).
   record_error(why);
   cancels_pending_.fetch_add(1);  // a call arriving meanwhile waits for the end
+  // An asynchronous call waiting for a thread holds call_mu_: take it out
+  // of the queue and end it now (its report lets go of call_mu_) rather
+  // than wait until the pool serves it. Under pending_mu_ it cannot report
+  // (and be deleted) meanwhile.
+  QueuedCall* left = nullptr;
+  {
+    const std::lock_guard lock(pending_mu_);
+    if (pending_call_ != nullptr && pending_call_->leave_queue()) left = pending_call_;
+  }
+  if (left != nullptr) left->reject_left(why);
   std::lock_guard call_lock(call_mu_);
   if (!ended_.load()) end(why);
   cancels_pending_.fetch_sub(1);

@@ -26,6 +26,7 @@
 
 namespace graphrun::sched {
 
+class QueuedCall;
 class SessionImpl;
 
 // Thread safety: thread-safe. Calls (call()) are serialized by call_mu_ (a
@@ -161,6 +162,11 @@ class PartialRun final : public StepListener, public std::enable_shared_from_thi
   // An error or a cancellation was recorded in the step: the run will end
   // (by the call in progress, or the next call or cancel()).
   std::atomic<bool> failing_{false};
+  // The asynchronous call holding call_mu_, while it may wait for a
+  // thread: cancel() takes it out of the pool's queue instead of waiting
+  // for it to be served.
+  std::mutex pending_mu_;
+  QueuedCall* pending_call_ = nullptr;  // guarded by pending_mu_
   // cancel() calls taking call_mu_ to end the run.
   std::atomic<int> cancels_pending_{0};
 

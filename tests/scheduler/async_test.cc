@@ -686,14 +686,28 @@ TEST_F(PartialQueuedTest, QueuedCallsEndTheirRunAtTheDeadlineOrClose) {
   EXPECT_THAT(dones.last(), StatusIs(StatusCode::kCancelled, "closed"));
 }
 
+TEST_F(PartialQueuedTest, CancellingTheRunEndsItsQueuedCallAtOnce) {
+  Dones dones;
+  s_->partial_run_async(h1_, {{p_.a, Tensor(1.0f)}}, {p_.sa}, {}, {}, dones.make());
+  EXPECT_EQ(dones.calls(), 0) << "queued behind the blocked kernel";
+  // Does not wait for the pool: the queued call leaves the queue.
+  ASSERT_THAT(s_->cancel_partial_run(h1_), IsOk());
+  EXPECT_FALSE(gate_.is_open());
+  EXPECT_EQ(dones.calls(), 1);
+  EXPECT_THAT(dones.last(), StatusIs(StatusCode::kCancelled, "cancelled"));
+  EXPECT_TRUE(h1_.is_done());
+  EXPECT_THAT(s_->partial_run_async(h1_, {{p_.b, Tensor(1.0f)}}, {p_.sb}).get(),
+              StatusIs(StatusCode::kCancelled, ""));
+}
+
 TEST(PartialRunAsyncTest, ManyRunsBetweenFeedsHoldNoThread) {
   Partial m;
   SessionOptions options;
   options.inter_op_threads = 2;
-  options.max_open_partial_runs = 2000;
+  options.max_open_partial_runs = 10000;
   auto s = Session::create(m.g, options).value();
   ASSERT_THAT(s->run({}, {}, {m.init}), IsOk());
-  constexpr int kRuns = 1000;
+  constexpr int kRuns = 10000;
   std::vector<PartialRunHandle> runs;
   for (int i = 0; i < kRuns; ++i) {
     runs.push_back(s->partial_run_setup({m.sa, m.sum}, {m.a, m.b}, {m.count.node()}).value());
