@@ -51,6 +51,34 @@ ROWS = [
      "scheduler beyond the kernel call"),
     ("Wavefront100x100", "RawFlowGraphPlanOrder", "RawFlowGraph", "slowdown", None,
      "nodes in plan (BFS) order"),
+    # A user's own nodes (bench/scheduler/call_graph_bench.cc): default Call nodes on
+    # empty bodies vs the fastest plain continue_node graph calling the same function.
+    ("CallSmall10", "Call1T", "Raw1T", "slowdown", 0.7,
+     "10 Call nodes, measured cheap: inline, 1 thread"),
+    ("CallSmall10", "Call2T", "Raw2T", "slowdown", 0.7, "the same, 2 threads"),
+    ("CallSmall10", "Task1T", "Raw1T", "slowdown", None, "every node a task, 1 thread"),
+    ("CallChain1k", "Call1T", "Raw1T", "slowdown", 1.0, "chain of 1000, measured cost, 1 thread"),
+    ("CallChain1k", "Call2T", "Raw2T", "slowdown", 1.0, "chain of 1000, measured cost, 2 threads"),
+    ("CallChain1k", "Task1T", "Raw1T", "slowdown", 1.2, "chain of 1000, every node a task, 1 thread"),
+    ("CallChain1k", "Task2T", "Raw2T", "slowdown", 1.2, "chain of 1000, every node a task, 2 threads"),
+    ("CallChain1k", "Cheap1T", "Raw1T", "slowdown", None, "chain of 1000, declared cheap"),
+    ("CallChain100k", "Call1T", "Raw1T", "slowdown", 1.0, "chain of 100,000, measured cost, 1 thread"),
+    ("CallChain100k", "Call2T", "Raw2T", "slowdown", 1.0, "chain of 100,000, measured cost, 2 threads"),
+    ("CallChain100k", "Task1T", "Raw1T", "slowdown", 1.2, "chain of 100,000, every node a task, 1 thread"),
+    ("CallChain100k", "Task2T", "Raw2T", "slowdown", 1.2, "chain of 100,000, every node a task, 2 threads"),
+    ("CallChain100k", "Cheap1T", "Raw1T", "slowdown", None, "chain of 100,000, declared cheap"),
+    ("CallTree64k", "Call1T", "Raw1T", "slowdown", 1.0, "binary fan-out tree, 65,535 + sink, measured cost, 1 thread"),
+    ("CallTree64k", "Call2T", "Raw2T", "slowdown", 1.0, "binary fan-out tree, 65,535 + sink, measured cost, 2 threads"),
+    ("CallTree64k", "Task1T", "Raw1T", "slowdown", 1.2, "binary fan-out tree, 65,535 + sink, every node a task, 1 thread"),
+    ("CallTree64k", "Task2T", "Raw2T", "slowdown", 1.2, "binary fan-out tree, 65,535 + sink, every node a task, 2 threads"),
+    ("CallTree64k", "Cheap1T", "Raw1T", "slowdown", None, "binary fan-out tree, 65,535 + sink, declared cheap"),
+    ("CallWavefront256", "Call1T", "Raw1T", "slowdown", 1.0, "wavefront 256x256, measured cost, 1 thread"),
+    ("CallWavefront256", "Call2T", "Raw2T", "slowdown", 1.0, "wavefront 256x256, measured cost, 2 threads"),
+    ("CallWavefront256", "Task1T", "Raw1T", "slowdown", 1.2, "wavefront 256x256, every node a task, 1 thread"),
+    ("CallWavefront256", "Task2T", "Raw2T", "slowdown", 1.2, "wavefront 256x256, every node a task, 2 threads"),
+    ("CallWavefront256", "Cheap1T", "Raw1T", "slowdown", None, "wavefront 256x256, declared cheap"),
+    ("CallChain10k", "Task1T", "Raw1T", "slowdown", None, "chain of 10,000, every node a task"),
+    ("CallChain10k", "Call1T", "Raw1T", "slowdown", None, "chain of 10,000, measured cost"),
     ("MatMul64", "Session", "Sequential", "speedup", 1.9,
      "64x 256^3 MatMul + Add tree, 2 cores vs 1"),
     ("MatMul64", "RawFlowGraph", "Sequential", "speedup", None, "what oneTBB alone gets"),
@@ -149,7 +177,8 @@ ROWS = [
 ]
 
 # Cases whose per-node time is worth printing.
-PER_NODE_CASES = {"NoOpChain10k", "Wavefront100x100"}
+PER_NODE_CASES = {"NoOpChain10k", "Wavefront100x100", "CallSmall10", "CallChain1k", "CallChain10k",
+                  "CallChain100k", "CallTree64k", "CallWavefront256"}
 
 UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 

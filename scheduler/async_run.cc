@@ -116,7 +116,7 @@ AsyncRun::AsyncRun(SessionImpl* session, PlanEntry* entry, PlanLease lease,
 
 void AsyncRun::admitted(bool at_once) {
   const Plan& plan = *entry_->plan;
-  if (at_once && plan.run_inline && !control_.trace && g_inline_depth < kMaxInlineDepth) {
+  if (at_once && plan.costs->run_inline() && !control_.trace && g_inline_depth < kMaxInlineDepth) {
     ++g_inline_depth;
     const ThreadPool::Impl::Inside inside(pool_);
     run();  // to the end: `this` is gone
@@ -135,10 +135,17 @@ void AsyncRun::stopped_while_admitted() {
 void AsyncRun::run() {
   session_->finish_kept_runs();
   const Plan& plan = *entry_->plan;
-  std::unique_ptr<FlowInstance> inst = entry_->async_pool.take();
   // Built in the arena (a no-op entry from a worker).
-  if (inst == nullptr) {
-    pool_->execute([&] { inst = std::make_unique<FlowInstance>(plan, session_->runtime_); });
+  std::unique_ptr<FlowInstance> inst = take_instance(entry_->async_pool, plan, session_->runtime_,
+                                                     [this](auto&& fn) { pool_->execute(fn); });
+  if (!inst->run_inline() && ThreadPool::Impl::in_arena != pool_) {
+    // Admitted to run here as a run_inline plan, whose policy has changed
+    // since: the flow graph runs on the asynchronous arena.
+    std::unique_ptr<FlowInstance> spare =
+        entry_->async_pool.give_back(std::move(inst), plan.costs->epoch());
+    if (spare != nullptr) pool_->execute([&] { spare.reset(); });
+    pool_->submit([this] { run(); });
+    return;
   }
   RunState& state = inst->state();
   // On a worker of the pool's asynchronous arena (or a thread already in
@@ -154,7 +161,7 @@ void AsyncRun::run() {
   // A stop requested before the step began (on_stop found nothing to stop).
   if (stop_token_.stop_requested())
     state.record_error(cancelled("the run was cancelled by its caller"));
-  if (plan.nodes.empty() || plan.run_inline) {
+  if (plan.nodes.empty() || inst_->run_inline()) {
     if (!plan.nodes.empty()) inst_->run();
     finish();
     return;
@@ -180,7 +187,8 @@ void AsyncRun::finish() {
   if (status.is_ok()) state.take_fetches(out_);
   if (control_.trace) state.collect_stats(*metadata_);
   state.finish();
-  std::unique_ptr<FlowInstance> spare = entry_->async_pool.give_back(std::move(inst_));
+  std::unique_ptr<FlowInstance> spare =
+      entry_->async_pool.give_back(std::move(inst_), entry_->plan->costs->epoch());
   if (spare != nullptr) pool_->execute([&] { spare.reset(); });
   drop_stop();  // waits for a stop callback in flight
   // May hand the permit to a queued call, which starts on another thread.

@@ -10,9 +10,10 @@ std::atomic<int64_t> g_live_instances{0};  // relaxed: a statistic for tests
 
 int64_t FlowInstance::live_count() { return g_live_instances.load(std::memory_order_relaxed); }
 
-FlowInstance::FlowInstance(const Plan& plan, const KernelRuntime& runtime) : state_(plan, runtime) {
+FlowInstance::FlowInstance(const Plan& plan, const KernelRuntime& runtime, const Policy& policy)
+    : state_(plan, runtime), epoch_(policy.epoch), run_inline_(policy.run_inline) {
   g_live_instances.fetch_add(1, std::memory_order_relaxed);
-  if (plan.run_inline) {
+  if (run_inline_) {
     // run() / start_roots() / put_feed() call the bodies themselves.
     if (!plan.partial) return;
     const std::size_t n = plan.nodes.size();
@@ -55,9 +56,9 @@ FlowInstance::FlowInstance(const Plan& plan, const KernelRuntime& runtime) : sta
     const auto index = static_cast<int32_t>(i);
     if (!plan.partial && item.succ_begin == item.succ_end) {
       ++num_leaves_;
-      add_node(LeafBody{this, index}, item.lightweight);
+      add_node(LeafBody{this, index}, policy.lightweight[i] != 0);
     } else {
-      add_node(Body{state, index}, item.lightweight);
+      add_node(Body{state, index}, policy.lightweight[i] != 0);
     }
   }
   for (std::size_t i = 0; i < n; ++i) {
@@ -135,7 +136,7 @@ FlowInstance::~FlowInstance() {
 
 void FlowInstance::run() {
   const Plan& plan = state_.plan();
-  if (plan.run_inline) {
+  if (run_inline_) {
     // Plan order is topological: each node's inputs are ready.
     const auto n = static_cast<int32_t>(plan.nodes.size());
     for (int32_t i = 0; i < n; ++i) state_.execute(i);
@@ -156,7 +157,7 @@ void FlowInstance::start(Completion done, void* arg) {
 
 void FlowInstance::start_roots() {
   const Plan& plan = state_.plan();
-  if (plan.run_inline) {
+  if (run_inline_) {
     for (std::size_t i = 0; i < plan.nodes.size(); ++i) {
       pending_[i] = plan.nodes[i].num_preds + plan.node_feed_inputs[i];
       if (pending_[i] == 0) ready_.push_back(static_cast<int32_t>(i));
@@ -169,7 +170,7 @@ void FlowInstance::start_roots() {
 
 void FlowInstance::put_feed(int f) {
   const Plan& plan = state_.plan();
-  if (plan.run_inline) {
+  if (run_inline_) {
     for (std::size_t k = 0; k < plan.fetch_feeds.size(); ++k) {
       if (plan.fetch_feeds[k] == f) state_.sink_fired(static_cast<int>(k));  // a fed fetch
     }
@@ -218,7 +219,9 @@ std::unique_ptr<FlowInstance> InstancePool::take() {
   return nullptr;
 }
 
-std::unique_ptr<FlowInstance> InstancePool::give_back(std::unique_ptr<FlowInstance> instance) {
+std::unique_ptr<FlowInstance> InstancePool::give_back(std::unique_ptr<FlowInstance> instance,
+                                                      uint64_t epoch) {
+  if (instance->epoch() != epoch) return instance;
   Stripe& s = stripes_[this_thread_stripe()];
   tbb::spin_mutex::scoped_lock lock(s.mu);
   if (s.count >= kMaxIdlePerStripe) return instance;

@@ -29,12 +29,17 @@ namespace graphrun::sched {
 // graph belongs to the arena current at its construction.
 class FlowInstance {
  public:
-  FlowInstance(const Plan& plan, const KernelRuntime& runtime);
+  // Built for one policy of the plan's cost model (plan.costs->current()).
+  FlowInstance(const Plan& plan, const KernelRuntime& runtime, const Policy& policy);
   FlowInstance(const FlowInstance&) = delete;
   FlowInstance& operator=(const FlowInstance&) = delete;
   ~FlowInstance();
 
   RunState& state() { return state_; }
+  // The policy epoch it was built for, and whether that policy runs every
+  // node inline (no flow-graph nodes).
+  uint64_t epoch() const { return epoch_; }
+  bool run_inline() const { return run_inline_; }
   // Triggers the roots and waits, helping, until every node has run; for a
   // Plan::run_inline plan (no flow-graph nodes), runs the nodes in order on
   // the calling thread, which need not be inside the arena.
@@ -58,7 +63,7 @@ class FlowInstance {
   void start_roots();
   void put_feed(int f);
   void wait_quiet() {
-    if (!state_.plan().run_inline) graph_.wait_for_all();
+    if (!run_inline_) graph_.wait_for_all();
   }
 
   // Instances alive in the process (leak tests).
@@ -100,6 +105,8 @@ class FlowInstance {
   void run_ready();
 
   RunState state_;
+  uint64_t epoch_;
+  bool run_inline_;
   // Asynchronous full runs: leaves still running, and what the last calls.
   int32_t num_leaves_ = 0;
   std::atomic<int32_t> pending_leaves_{0};
@@ -137,11 +144,14 @@ class InstancePool {
   static constexpr std::size_t kMaxIdle = kStripes * kMaxIdlePerStripe;
 
   // An idle instance (this thread's stripe first), or nullptr when the
-  // caller must build one.
+  // caller must build one. It may be of an older policy epoch: see
+  // take_instance().
   std::unique_ptr<FlowInstance> take();
   // Keeps `instance` for reuse, or hands it back when this thread's stripe
-  // is full: the caller destroys it (inside the arena).
-  [[nodiscard]] std::unique_ptr<FlowInstance> give_back(std::unique_ptr<FlowInstance> instance);
+  // is full or it was built for another epoch than `epoch`: the caller
+  // destroys it (inside the arena).
+  [[nodiscard]] std::unique_ptr<FlowInstance> give_back(std::unique_ptr<FlowInstance> instance,
+                                                        uint64_t epoch);
   // Destroys the idle instances (call inside the arena).
   void clear();
 
@@ -154,5 +164,20 @@ class InstancePool {
   std::unique_ptr<FlowInstance> take_from(Stripe& s);
   std::array<Stripe, kStripes> stripes_;
 };
+
+// An idle instance of `pool` built for the plan's current policy, or a new
+// one. `in_arena(fn)` runs fn inside the arena the pool's instances belong
+// to: building one and destroying one of an older epoch happen there.
+template <typename InArena>
+std::unique_ptr<FlowInstance> take_instance(InstancePool& pool, const Plan& plan,
+                                            const KernelRuntime& runtime, InArena&& in_arena) {
+  std::unique_ptr<FlowInstance> inst = pool.take();
+  if (inst != nullptr && inst->epoch() != plan.costs->epoch()) in_arena([&] { inst.reset(); });
+  if (inst == nullptr) {
+    const Policy policy = plan.costs->current();
+    in_arena([&] { inst = std::make_unique<FlowInstance>(plan, runtime, policy); });
+  }
+  return inst;
+}
 
 }  // namespace graphrun::sched

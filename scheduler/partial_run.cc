@@ -53,10 +53,8 @@ std::chrono::steady_clock::time_point PartialRun::last_used() const {
 }
 
 void PartialRun::start(const StepControl& control) {
-  std::unique_ptr<FlowInstance> inst = entry_->pool.take();
-  if (inst == nullptr) {
-    session_->in_arena([&] { inst = std::make_unique<FlowInstance>(plan_, session_->runtime()); });
-  }
+  std::unique_ptr<FlowInstance> inst = take_instance(entry_->pool, plan_, session_->runtime(),
+                                                     [this](auto&& fn) { session_->in_arena(fn); });
   RunState& state = inst->state();
   state.begin(control, {});
   state.set_listener(this);  // before any body can report
@@ -268,7 +266,7 @@ void PartialRun::act(SessionImpl* session, CallSteps& steps, const std::stop_tok
   // A stop requested while this call is in progress cancels the run.
   if (stop.stop_possible())
     steps.on_stop = std::make_unique<std::stop_callback<StopCall>>(stop, StopCall{this});
-  if (plan_.run_inline) {
+  if (instance_->run_inline()) {
     // Every node the feeds make ready runs before put_feed returns.
     for (int f : steps.feed_ids) instance_->put_feed(f);
     return;
@@ -330,9 +328,9 @@ Result<std::vector<Tensor>> PartialRun::call(const FeedList& feeds,
   const bool traced = options.trace && metadata != nullptr;
   GRAPHRUN_ASSIGN_OR_RETURN(CallSteps steps,
                             resolve_call(session, feeds, fetches, targets, options, traced));
-  const Status admitted =
-      session->run_step(plan_, traced, session->wait_limits(steps.deadline, options.stop_token),
-                        [&] { act(session, steps, options.stop_token); });
+  const Status admitted = session->run_step(
+      plan_.costs->run_inline(), traced, session->wait_limits(steps.deadline, options.stop_token),
+      [&] { act(session, steps, options.stop_token); });
   return conclude(session, steps, admitted, metadata);
 }
 

@@ -86,48 +86,6 @@ void add_partial_run_info(Plan& plan, const Signature& sig,
   }
 }
 
-// Chooses each node's flow-graph policy (NodeItem::lightweight), in plan
-// (topological) order: `run` is the length of the longest chain of
-// lightweight nodes ending at a node, 0 for a default-policy node.
-void choose_policies(Plan& plan) {
-  const std::size_t n = plan.nodes.size();
-  std::vector<char> keep_default(n, 0);
-  if (plan.partial) {
-    // A fetched or targeted node's sink must be its last successor to run
-    // (the caller's wait returns right after it): its other successors get
-    // tasks of their own, which wait in the pool, instead of running inline
-    // before the sink.
-    auto after = [&](int32_t p) {
-      const NodeItem& item = plan.nodes[static_cast<std::size_t>(p)];
-      for (int32_t k = item.succ_begin; k < item.succ_end; ++k)
-        keep_default[static_cast<std::size_t>(plan.successors[static_cast<std::size_t>(k)])] = 1;
-    };
-    for (int32_t p : plan.fetch_producers) {
-      if (p >= 0) after(p);
-    }
-    for (int32_t p : plan.target_nodes) after(p);
-  }
-  std::vector<int32_t> run_in(n, 0);  // longest lightweight run among predecessors
-  for (std::size_t i = 0; i < n; ++i) {
-    NodeItem& item = plan.nodes[i];
-    const bool cheap = item.skip_kernel || item.kernel->is_cheap();
-    const int32_t run = run_in[i] + 1;
-    item.lightweight = cheap && keep_default[i] == 0 && run <= kMaxLightweightRun;
-    const int32_t out = item.lightweight ? run : 0;
-    for (int32_t k = item.succ_begin; k < item.succ_end; ++k) {
-      const auto s = static_cast<std::size_t>(plan.successors[static_cast<std::size_t>(k)]);
-      run_in[s] = std::max(run_in[s], out);
-    }
-  }
-  // Inline steps have no nesting (a loop calls the bodies), so neither the
-  // run bound nor the partial-run sink order applies: every kernel cheap
-  // is enough.
-  plan.run_inline =
-      n > 0 && std::all_of(plan.nodes.begin(), plan.nodes.end(), [](const NodeItem& item) {
-        return item.skip_kernel || item.kernel->is_cheap();
-      });
-}
-
 // A fused group: the kernel and its inputs, keyed by the group's last node.
 struct FusedGroup {
   std::vector<Output> inputs;
@@ -382,7 +340,7 @@ Result<std::shared_ptr<const Plan>> build_plan(const Graph& graph, const Signatu
     plan->slot_readers[static_cast<std::size_t>(s)] = Plan::kKeep;
   }
   if (sig.partial) add_partial_run_info(*plan, sig, fed, index_of);
-  choose_policies(*plan);
+  plan->costs = std::make_unique<CostModel>(*plan, sig.inline_nodes);
   return std::shared_ptr<const Plan>(std::move(plan));
 }
 

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "scheduler/cost_model.h"
+
 namespace graphrun::sched {
 
 // One node of a plan. Ranges index the Plan's flat arrays.
@@ -29,11 +31,6 @@ struct NodeItem {
   int32_t succ_end = 0;
   int32_t num_preds = 0;     // distinct in-plan predecessors
   bool skip_kernel = false;  // NoOp: nothing to compute
-  // Runs inline on the thread that completes its last predecessor, without a
-  // task of its own (a tbb::flow::lightweight node): its kernel is cheap
-  // (OpKernel::is_cheap), no lightweight run would pass kMaxLightweightRun,
-  // and, in a partial run, it does not follow a fetched or targeted node.
-  bool lightweight = false;
 };
 
 // Consecutive lightweight nodes along any path, at most: each runs nested in
@@ -51,6 +48,8 @@ struct Signature {
   // May fuse chains of nodes into one kernel (OpKernel::fuse); never for
   // partial runs.
   bool fuse = false;
+  // Cheap nodes may run inline (SessionOptions::inline_cheap_nodes).
+  bool inline_nodes = true;
 };
 
 // Nodes after a fusion's head, at most (a bias add and an activation).
@@ -78,13 +77,18 @@ struct Plan {
   std::vector<std::unique_ptr<OpKernel>> fused_kernels;
   int32_t fused_nodes = 0;
   Signature unfused;
-  // Every kernel is cheap (OpKernel::is_cheap, or a NoOp): the caller runs
-  // the nodes itself — in plan order for a full run, as they become ready
-  // for a partial run — without a flow graph, a task, or entering the arena
-  // (FlowInstance). TF runs inexpensive kernels inline the same way; here
-  // it also spares the arena's shared counters, which made two clients of
-  // a small graph contend.
-  bool run_inline = false;
+  // What the plan learns about its kernels' cost and how its nodes run
+  // (scheduler/cost_model.h): a node is lightweight (runs inline on the
+  // thread that completes its last predecessor, without a task) when cheap,
+  // no lightweight run would pass kMaxLightweightRun, and, in a partial
+  // run, it does not follow a fetched or targeted node. A policy whose
+  // nodes are all cheap is run_inline: the caller runs the nodes itself, in
+  // plan order for a full run, as they become ready for a partial run,
+  // without a flow graph, a task, or entering the arena (FlowInstance). TF
+  // runs inexpensive kernels inline the same way; here it also spares the
+  // arena's shared counters, which made two clients of a small graph
+  // contend. Never null once built.
+  std::unique_ptr<CostModel> costs;
 
   // Partial-run plans only.
   bool partial = false;

@@ -30,6 +30,8 @@ void RunState::begin(const StepControl& control, std::span<const Tensor> feeds) 
   if (control_.session_closed != nullptr) checks |= kCheckClosed;
   if (control_.deadline) checks |= kCheckDeadline;
   checks_.store(checks, std::memory_order_relaxed);
+  measure_ = plan_.costs->learns() && (steps_ < kLearnSteps || steps_ % kSampleEvery == 0);
+  ++steps_;
   set_trace(control_.trace);
   // The flow graph's try_put publishes these writes to the executing threads.
 }
@@ -164,7 +166,13 @@ void RunState::execute(int32_t i) noexcept {
       const ThreadPool::Impl::Inside inside(control_.pool);
       const ThreadPool::Impl::InArena in_arena(control_.in_pool_arena ? control_.pool
                                                                       : ThreadPool::Impl::in_arena);
-      s = call_kernel(item);
+      if (measure_) {
+        const uint64_t start = cycle_count();
+        s = call_kernel(item);
+        plan_.costs->record(i, cycle_count() - start);
+      } else {
+        s = call_kernel(item);
+      }
     }
     // A kernel that stopped because the session closed or the deadline
     // passed fails the step with that reason, whatever it returned.
@@ -193,6 +201,8 @@ void RunState::finish() {
     if (t.is_initialized()) t = Tensor();
   }
   listener_ = nullptr;
+  // The step's samples may move a node across its class boundary.
+  if (measure_ && plan_.costs->dirty()) plan_.costs->update(plan_);
   if (traced_) {
     traced_ = false;
     // Tracing leaves per-node entries behind; the next step starts clean.

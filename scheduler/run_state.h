@@ -128,6 +128,10 @@ class RunState {
   // while nodes run: relaxed, a node sees the old or the new value).
   std::atomic<uint8_t> checks_{0};
   StepListener* listener_ = nullptr;
+  // Kernel cycles are counted for the plan's cost model this step (the
+  // first kLearnSteps of this state, then one in kSampleEvery).
+  bool measure_ = false;
+  uint32_t steps_ = 0;
   bool traced_ = false;  // stats_ holds entries of this step
   // Per node: 1 once its statistics are written (release), 2 once reported.
   std::unique_ptr<std::atomic<uint8_t>[]> stat_state_;

@@ -95,7 +95,8 @@ void SessionImpl::finish_in_arena(EndedRun& run) {
   run.inst->state().finish();
   // A closing session keeps no instance: its plans may outlive it in
   // handles, but their flow graphs must die in its arena (here).
-  if (check_open().is_ok()) run.inst = run.entry->pool.give_back(std::move(run.inst));
+  if (check_open().is_ok())
+    run.inst = run.entry->pool.give_back(std::move(run.inst), run.entry->plan->costs->epoch());
   // An inline step runs outside the arena: enter it (from inside, no
   // permit is taken).
   if (run.inst != nullptr) in_arena([&] { run.inst.reset(); });
@@ -111,7 +112,7 @@ void SessionImpl::finish_detached(EndedRun& run) {
 void SessionImpl::finish_ended_run(const Plan& plan, EndedRun run) {
   const WaitLimits at_once{std::chrono::steady_clock::now(), {}, nullptr};
   bool done = false;
-  const Status admitted = run_step(plan, false, at_once, [&] {
+  const Status admitted = run_step(plan.costs->run_inline(), false, at_once, [&] {
     finish_in_arena(run);
     done = true;
   });
@@ -264,8 +265,8 @@ Result<PartialRunHandle> SessionImpl::partial_run_setup(const std::vector<Tensor
   const StepControl control = step_control(options.trace, std::nullopt);
   // Started before it is registered: nothing else can reach it meanwhile.
   const Status admitted =
-      run_step(*entry->plan, control.trace, wait_limits(std::nullopt, options.stop_token),
-               [&] { run->start(control); });
+      run_step(entry->plan->costs->run_inline(), control.trace,
+               wait_limits(std::nullopt, options.stop_token), [&] { run->start(control); });
   if (!admitted.is_ok()) return admitted;  // not started: nothing to end
   bool registered = false;
   {
@@ -377,6 +378,7 @@ Result<std::pair<Signature, PlanLease>> SessionImpl::prepare(const FeedRefs& fee
   } else {
     sig.fuse = options_.fuse_kernels;
   }
+  sig.inline_nodes = options_.inline_cheap_nodes;
   GRAPHRUN_ASSIGN_OR_RETURN(PlanLease entry, plan_for(sig));
   return std::pair<Signature, PlanLease>(std::move(sig), std::move(entry));
 }
@@ -600,11 +602,12 @@ Status SessionImpl::execute(PlanEntry& entry, std::span<const Tensor> feeds, std
   }
 
   Status status;
+  const bool run_inline = plan.costs->run_inline() && !control.trace;
   auto step = [&] {
-    std::unique_ptr<FlowInstance> inst = entry.pool.take();
     // Flow graphs are built and destroyed in the arena (the nested entry
     // is cheap from inside it and rare from an inline step).
-    if (inst == nullptr) in_arena([&] { inst = std::make_unique<FlowInstance>(plan, runtime_); });
+    std::unique_ptr<FlowInstance> inst =
+        take_instance(entry.pool, plan, runtime_, [this](auto&& fn) { in_arena(fn); });
     RunState& state = inst->state();
     state.begin(control, feeds);
     {
@@ -613,17 +616,24 @@ Status SessionImpl::execute(PlanEntry& entry, std::span<const Tensor> feeds, std
       const auto on_stop = on_stop_requested(options.stop_token, [&state] {
         state.record_error(cancelled("the run was cancelled by its caller"));
       });
-      if (!plan.nodes.empty()) inst->run();
+      if (!plan.nodes.empty()) {
+        if (run_inline && !inst->run_inline()) {
+          in_arena([&] { inst->run(); });  // the policy changed since run_inline was read
+        } else {
+          inst->run();
+        }
+      }
     }
     status = state.status();
     if (status.is_ok()) state.take_fetches(out);
     if (control.trace) state.collect_stats(*metadata);
     state.finish();
-    inst = entry.pool.give_back(std::move(inst));  // handed back when the pool is full
+    // Handed back when the pool is full or the policy changed.
+    inst = entry.pool.give_back(std::move(inst), plan.costs->epoch());
     if (inst != nullptr) in_arena([&] { inst.reset(); });
   };
   GRAPHRUN_RETURN_IF_ERROR(
-      run_step(plan, control.trace, wait_limits(control.deadline, options.stop_token), step));
+      run_step(run_inline, control.trace, wait_limits(control.deadline, options.stop_token), step));
   return status;
 }
 

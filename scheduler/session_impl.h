@@ -96,22 +96,21 @@ class SessionImpl {
   void in_arena(F&& fn) {
     pool_->impl().execute(std::forward<F>(fn));
   }
-  // Runs fn, which drives a step of `plan`: on the caller without entering
-  // the arena for a Plan::run_inline plan (unless traced: step statistics
-  // name arena slots), else inside the arena. A caller from outside the
+  // Runs fn, which drives a step: on the caller without entering the arena
+  // when the plan's policy was read as run_inline (unless traced: step
+  // statistics name arena slots), else inside the arena. A caller from outside the
   // arena first waits for a permit of the pool; that wait gives up at
   // `limits` (the run's deadline, stop token, the session's close()) and
   // fn does not run: the status says why (DeadlineExceeded, Cancelled).
   template <typename F>
-  Status run_step(const Plan& plan, bool trace, const WaitLimits& limits, F&& fn) {
+  Status run_step(bool run_inline, bool trace, const WaitLimits& limits, F&& fn) {
     auto body = [&] {
       // acquire: pairs with finish_ended_run's release.
       if (has_ended_runs_.load(std::memory_order_acquire)) finish_ended_runs();
       fn();
     };
-    const Permits::Outcome outcome = plan.run_inline && !trace
-                                         ? pool_->impl().run_inline(limits, body)
-                                         : pool_->impl().execute(limits, body);
+    const Permits::Outcome outcome = run_inline && !trace ? pool_->impl().run_inline(limits, body)
+                                                          : pool_->impl().execute(limits, body);
     return admission_status(outcome);
   }
 

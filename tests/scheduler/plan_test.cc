@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <map>
 #include <memory>
+#include <span>
 #include <string_view>
 #include <vector>
 
@@ -41,8 +42,9 @@ class PlanTest : public ::testing::Test {
     return p.is_ok() ? *p : nullptr;
   }
   static bool lightweight(const Plan& p, const Node* n) {
-    for (const sched::NodeItem& item : p.nodes) {
-      if (item.node == n) return item.lightweight;
+    const sched::Policy policy = p.costs->current();
+    for (std::size_t i = 0; i < p.nodes.size(); ++i) {
+      if (p.nodes[i].node == n) return policy.lightweight[i] != 0;
     }
     ADD_FAILURE() << n->name() << " is not in the plan";
     return false;
@@ -69,8 +71,9 @@ TEST_F(PlanTest, SmallScalarMathIsLightweight) {
   ASSERT_THAT(g.status(), IsOk());
   auto p = plan(g, Signature{.feeds = {x}, .fetches = {fill, update}});
   ASSERT_NE(p, nullptr);
-  for (const sched::NodeItem& item : p->nodes) {
-    EXPECT_TRUE(item.lightweight) << item.node->describe();
+  const sched::Policy policy = p->costs->current();
+  for (std::size_t i = 0; i < p->nodes.size(); ++i) {
+    EXPECT_TRUE(policy.lightweight[i]) << p->nodes[i].node->describe();
   }
 }
 
@@ -117,11 +120,12 @@ TEST_F(PlanTest, CustomKernelsKeepTheirTask) {
 
 // The longest chain of consecutive lightweight nodes ending at each node.
 std::vector<int32_t> lightweight_runs(const Plan& p) {
+  const sched::Policy policy = p.costs->current();
   std::vector<int32_t> run_in(p.nodes.size(), 0);
   std::vector<int32_t> run(p.nodes.size(), 0);
   for (std::size_t i = 0; i < p.nodes.size(); ++i) {
     const sched::NodeItem& item = p.nodes[i];
-    run[i] = item.lightweight ? run_in[i] + 1 : 0;
+    run[i] = policy.lightweight[i] != 0 ? run_in[i] + 1 : 0;
     for (int32_t k = item.succ_begin; k < item.succ_end; ++k) {
       auto& r = run_in[static_cast<std::size_t>(p.successors[static_cast<std::size_t>(k)])];
       r = std::max(r, run[i]);
@@ -140,8 +144,8 @@ TEST_F(PlanTest, LightweightRunsAreBounded) {
   ASSERT_EQ(p->nodes.size(), 1000u);
   std::vector<int32_t> runs = lightweight_runs(*p);
   EXPECT_EQ(*std::max_element(runs.begin(), runs.end()), kMaxLightweightRun);
-  const auto n_default =
-      std::count_if(p->nodes.begin(), p->nodes.end(), [](auto& n) { return !n.lightweight; });
+  const sched::Policy policy = p->costs->current();
+  const auto n_default = std::count(policy.lightweight.begin(), policy.lightweight.end(), 0);
   EXPECT_EQ(n_default, 1000 / (kMaxLightweightRun + 1));
 }
 
@@ -192,25 +196,25 @@ TEST_F(PlanTest, PlansOfOnlyCheapKernelsRunInline) {
   ASSERT_THAT(g.status(), IsOk());
   auto cheap = plan(g, Signature{.feeds = {x}, .fetches = {b}});
   ASSERT_NE(cheap, nullptr);
-  EXPECT_TRUE(cheap->run_inline);
+  EXPECT_TRUE(cheap->costs->run_inline());
   // One expensive node: the step needs the flow graph.
   auto mixed = plan(g, Signature{.feeds = {x}, .fetches = {b, mm}});
   ASSERT_NE(mixed, nullptr);
-  EXPECT_FALSE(mixed->run_inline);
+  EXPECT_FALSE(mixed->costs->run_inline());
   // Partial runs too: the caller runs what each feed makes ready.
   auto partial = plan(g, Signature{.feeds = {x}, .fetches = {a, b}, .partial = true});
   ASSERT_NE(partial, nullptr);
-  EXPECT_TRUE(partial->run_inline);
+  EXPECT_TRUE(partial->costs->run_inline());
   EXPECT_FALSE(lightweight(*partial, b));  // (its flow-graph policy, unused inline)
   auto partial_mixed = plan(g, Signature{.feeds = {x}, .fetches = {b, mm}, .partial = true});
   ASSERT_NE(partial_mixed, nullptr);
-  EXPECT_FALSE(partial_mixed->run_inline);
+  EXPECT_FALSE(partial_mixed->costs->run_inline());
   // No nesting inline: a chain past kMaxLightweightRun still qualifies.
   Output y = x;
   for (int i = 0; i < kMaxLightweightRun + 1; ++i) y = ops::Neg(g, y);
   auto chain = plan(g, Signature{.feeds = {x}, .fetches = {y}});
   ASSERT_NE(chain, nullptr);
-  EXPECT_TRUE(chain->run_inline);
+  EXPECT_TRUE(chain->costs->run_inline());
 }
 
 // Every node inline would nest 50k deep: far past a thread's stack.
@@ -397,6 +401,122 @@ TEST_F(PlanTest, DoesNotFuseWhatAnythingElseSees) {
     const Dense d = dense(h);
     EXPECT_EQ(fused_nodes(h, Signature{.feeds = {d.x}, .fetches = {d.act}, .partial = true}), 0);
   }
+}
+
+// ---- the cost model: classes learned from measured cycles ----
+
+// A chain of `n` Call nodes with empty bodies (control edges); the last one.
+const Node* call_chain(Graph& g, int n, bool cheap) {
+  ops::CallAttrs attrs;
+  attrs.cheap = cheap;
+  Node* prev = nullptr;
+  for (int i = 0; i < n; ++i) {
+    ops::Call(
+        g, {}, {},
+        [](std::span<const Tensor>) -> Result<std::vector<Tensor>> {
+          return std::vector<Tensor>();
+        },
+        attrs, fmt::format("c{}", i));
+    Node* node = g.mutable_node(g.num_nodes() - 1);
+    if (prev != nullptr) {
+      EXPECT_THAT(g.add_control_input(node, prev), IsOk());
+    }
+    prev = node;
+  }
+  return prev;
+}
+
+// Every node of `p` gets `samples` measurements of `cycles`.
+void record_all(const Plan& p, uint64_t cycles, int samples) {
+  for (int k = 0; k < samples; ++k) {
+    for (std::size_t i = 0; i < p.nodes.size(); ++i) {
+      p.costs->record(static_cast<int32_t>(i), cycles);
+    }
+  }
+}
+
+TEST_F(PlanTest, MeasuredCheapCallsRunInline) {
+  Graph g;
+  const Node* last = call_chain(g, 3, /*cheap=*/false);
+  auto p = plan(g, Signature{.targets = {last}});
+  ASSERT_NE(p, nullptr);
+  sched::CostModel& costs = *p->costs;
+  // Before any measurement a Call is expensive unless declared cheap.
+  EXPECT_TRUE(costs.learns());
+  EXPECT_FALSE(costs.run_inline());
+  EXPECT_EQ(costs.epoch(), 0u);
+  EXPECT_FALSE(lightweight(*p, last));
+  record_all(*p, 100, sched::CostModel::kConfirm - 1);
+  EXPECT_FALSE(costs.dirty()) << "one sample short of confirming";
+  record_all(*p, 100, 1);
+  ASSERT_TRUE(costs.dirty());
+  costs.update(*p);
+  EXPECT_FALSE(costs.dirty());
+  EXPECT_TRUE(costs.run_inline());
+  EXPECT_EQ(costs.epoch(), 1u);
+  EXPECT_TRUE(lightweight(*p, last));
+  // Nothing new to learn: the epoch stays.
+  record_all(*p, 100, 5);
+  EXPECT_FALSE(costs.dirty());
+  costs.update(*p);
+  EXPECT_EQ(costs.epoch(), 1u);
+}
+
+TEST_F(PlanTest, ANodeChangesClassOnlyOnConfirmedSamplesPastTheGap) {
+  Graph g;
+  const Node* last = call_chain(g, 3, /*cheap=*/true);
+  auto p = plan(g, Signature{.targets = {last}});
+  ASSERT_NE(p, nullptr);
+  sched::CostModel& costs = *p->costs;
+  ASSERT_TRUE(costs.run_inline()) << "the hint is the first estimate";
+  const auto middle = static_cast<int32_t>(1);
+  // Isolated slow samples (an interrupt, a cold cache) move nothing.
+  for (int k = 0; k < 10; ++k) {
+    costs.record(middle, 1'000'000);
+    costs.record(middle, 100);
+  }
+  EXPECT_FALSE(costs.dirty());
+  // Between the two thresholds a cheap node stays cheap.
+  for (int k = 0; k < 10; ++k)
+    costs.record(middle, (sched::kCheapCycles + sched::kExpensiveCycles) / 2);
+  EXPECT_FALSE(costs.dirty());
+  for (int k = 0; k < sched::CostModel::kConfirm; ++k)
+    costs.record(middle, 3 * sched::kExpensiveCycles);
+  ASSERT_TRUE(costs.dirty());
+  costs.update(*p);
+  EXPECT_FALSE(costs.is_cheap(middle));
+  EXPECT_TRUE(costs.is_cheap(0));
+  EXPECT_FALSE(costs.run_inline()) << "one expensive node: the step needs the flow graph";
+  EXPECT_EQ(costs.epoch(), 1u);
+  const sched::Policy policy = costs.current();
+  EXPECT_EQ(policy.lightweight[static_cast<std::size_t>(middle)], 0);
+  EXPECT_EQ(policy.lightweight[0], 1);
+  EXPECT_EQ(policy.lightweight[2], 1);
+  // ... and an expensive one stays expensive between them.
+  for (int k = 0; k < 10; ++k)
+    costs.record(middle, (sched::kCheapCycles + sched::kExpensiveCycles) / 2);
+  EXPECT_FALSE(costs.dirty());
+  for (int k = 0; k < sched::CostModel::kConfirm; ++k)
+    costs.record(middle, sched::kCheapCycles / 2);
+  ASSERT_TRUE(costs.dirty());
+  costs.update(*p);
+  EXPECT_TRUE(costs.is_cheap(middle));
+  EXPECT_TRUE(costs.run_inline());
+  EXPECT_EQ(costs.epoch(), 2u);
+}
+
+TEST_F(PlanTest, PartialPlansAndInliningOffKeepTheirPolicy) {
+  Graph g;
+  const Node* last = call_chain(g, 3, /*cheap=*/true);
+  auto partial = plan(g, Signature{.targets = {last}, .partial = true});
+  ASSERT_NE(partial, nullptr);
+  EXPECT_FALSE(partial->costs->learns());
+  EXPECT_TRUE(partial->costs->run_inline());
+  auto tasks = plan(g, Signature{.targets = {last}, .inline_nodes = false});
+  ASSERT_NE(tasks, nullptr);
+  EXPECT_FALSE(tasks->costs->learns());
+  EXPECT_FALSE(tasks->costs->run_inline()) << "every node a task, cheap or not";
+  EXPECT_FALSE(lightweight(*tasks, last));
 }
 
 }  // namespace

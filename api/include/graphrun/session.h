@@ -140,6 +140,14 @@ struct SessionOptions {
   /// Traced runs (RunOptions::trace) and partial runs never fuse. Results
   /// differ from the unfused nodes' by float rounding at most.
   bool fuse_kernels = true;
+  /// Runs a node whose kernel is cheap inline on the thread that completed
+  /// its inputs, without a task, and a step of cheap nodes only on the
+  /// calling thread without entering the pool. Cheap is measured: each plan
+  /// counts its kernels' cycles over its first steps and then one step in
+  /// 16, and a node below a few thousand cycles is cheap (OpKernel::is_cheap
+  /// and CallAttrs::cheap are the estimate before the first measurement).
+  /// false: every node gets a task of its own.
+  bool inline_cheap_nodes = true;
 };
 
 /// Options of one call (run, Callable::run, partial_run_setup, partial_run

@@ -1,0 +1,94 @@
+#include "scheduler/cost_model.h"
+
+#include <algorithm>
+
+#include "scheduler/plan.h"
+
+namespace graphrun::sched {
+
+// Lightweight flags in plan (topological) order: `run` is the length of the
+// longest chain of lightweight nodes ending at a node, 0 for a
+// default-policy node.
+Policy derive_policy(const Plan& plan, std::span<const uint8_t> cheap) {
+  const std::size_t n = plan.nodes.size();
+  Policy p;
+  p.lightweight.assign(n, 0);
+  std::vector<char> keep_default(n, 0);
+  if (plan.partial) {
+    // A fetched or targeted node's sink must be its last successor to run
+    // (the caller's wait returns right after it): its other successors get
+    // tasks of their own, which wait in the pool, instead of running inline
+    // before the sink.
+    auto after = [&](int32_t producer) {
+      const NodeItem& item = plan.nodes[static_cast<std::size_t>(producer)];
+      for (int32_t k = item.succ_begin; k < item.succ_end; ++k)
+        keep_default[static_cast<std::size_t>(plan.successors[static_cast<std::size_t>(k)])] = 1;
+    };
+    for (int32_t producer : plan.fetch_producers) {
+      if (producer >= 0) after(producer);
+    }
+    for (int32_t producer : plan.target_nodes) after(producer);
+  }
+  std::vector<int32_t> run_in(n, 0);  // longest lightweight run among predecessors
+  for (std::size_t i = 0; i < n; ++i) {
+    const NodeItem& item = plan.nodes[i];
+    const int32_t run = run_in[i] + 1;
+    const bool light = cheap[i] != 0 && keep_default[i] == 0 && run <= kMaxLightweightRun;
+    p.lightweight[i] = light ? 1 : 0;
+    const int32_t out = light ? run : 0;
+    for (int32_t k = item.succ_begin; k < item.succ_end; ++k) {
+      const auto s = static_cast<std::size_t>(plan.successors[static_cast<std::size_t>(k)]);
+      run_in[s] = std::max(run_in[s], out);
+    }
+  }
+  // Inline steps have no nesting (a loop calls the bodies), so neither the
+  // run bound nor the partial-run sink order applies: every node cheap is
+  // enough.
+  p.run_inline = n > 0 && std::all_of(cheap.begin(), cheap.end(), [](uint8_t c) { return c != 0; });
+  return p;
+}
+
+CostModel::CostModel(const Plan& plan, bool inline_nodes)
+    : learns_(!plan.partial && inline_nodes),
+      streak_(new std::atomic<uint8_t>[plan.nodes.size()]),
+      cheap_(new std::atomic<uint8_t>[plan.nodes.size()]) {
+  std::vector<uint8_t> cheap(plan.nodes.size());
+  for (std::size_t i = 0; i < plan.nodes.size(); ++i) {
+    const NodeItem& item = plan.nodes[i];
+    cheap[i] = inline_nodes && (item.skip_kernel || item.kernel->is_cheap()) ? 1 : 0;
+    streak_[i].store(0, std::memory_order_relaxed);
+    cheap_[i].store(cheap[i], std::memory_order_relaxed);
+  }
+  policy_ = derive_policy(plan, cheap);
+  publish(policy_);
+}
+
+Policy CostModel::current() const {
+  const std::lock_guard lock(mu_);
+  return policy_;
+}
+
+void CostModel::update(const Plan& plan) {
+  const std::lock_guard lock(mu_);
+  if (!dirty_.exchange(false, std::memory_order_relaxed)) return;  // another step did it
+  const std::size_t n = plan.nodes.size();
+  std::vector<uint8_t> cheap(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    const bool was = cheap_[i].load(std::memory_order_relaxed) != 0;
+    bool now = was;
+    if (streak_[i].load(std::memory_order_relaxed) >= kConfirm) {
+      now = !was;
+      streak_[i].store(0, std::memory_order_relaxed);
+    }
+    if (plan.nodes[i].skip_kernel) now = true;
+    cheap[i] = now ? 1 : 0;
+    cheap_[i].store(cheap[i], std::memory_order_relaxed);
+  }
+  Policy next = derive_policy(plan, cheap);
+  if (next.run_inline == policy_.run_inline && next.lightweight == policy_.lightweight) return;
+  next.epoch = policy_.epoch + 1;
+  policy_ = std::move(next);
+  publish(policy_);
+}
+
+}  // namespace graphrun::sched

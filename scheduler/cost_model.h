@@ -1,0 +1,126 @@
+// CostModel: what a plan learns about its kernels' cost, and the execution
+// policy it derives from it. A cheap node (its kernel measured below a few
+// thousand cycles, or a NoOp) runs inline on the thread that completed its
+// inputs; an expensive one gets a task of its own. A plan of cheap nodes
+// only runs without a flow graph: the caller calls its nodes in plan order.
+//
+// Measuring: a step's RunState counts each kernel's cycles on the first
+// kLearnSteps steps of every instance and on every kSampleEvery-th step
+// after them. When kConfirm samples in a row of a node fall on the other
+// side of its class boundary (with hysteresis), the step's end derives a new
+// policy and bumps the epoch: instances built under an older epoch are dropped as they come
+// back, and new ones are built under the current policy.
+//
+// Before any measurement a node is cheap when its kernel says so
+// (OpKernel::is_cheap: the built-in ops' estimate from their shapes, or
+// CallAttrs::cheap), expensive otherwise. Partial-run plans keep that
+// initial policy (a partial run's instance lives for one run), and so do
+// sessions with SessionOptions::inline_cheap_nodes off (every node a task).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#else
+#include <chrono>
+#endif
+
+namespace graphrun::sched {
+
+struct Plan;
+
+// A node becomes expensive when its average rises above kExpensiveCycles
+// and cheap again when it falls below kCheapCycles (TF inlines kernels below
+// about 5000-8000 cycles; the gap keeps a node near the boundary from
+// flapping).
+inline constexpr uint32_t kExpensiveCycles = 8000;
+inline constexpr uint32_t kCheapCycles = 4000;
+// Measured steps: the first kLearnSteps of an instance, then one in
+// kSampleEvery.
+inline constexpr uint32_t kLearnSteps = 3;
+inline constexpr uint32_t kSampleEvery = 16;
+
+// A cheap, monotonic-enough cycle count (the TSC on x86).
+inline uint64_t cycle_count() {
+#if defined(__x86_64__) || defined(__i386__)
+  return __rdtsc();
+#else
+  return static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+#endif
+}
+
+// How a plan's nodes run under one epoch of its cost model.
+struct Policy {
+  uint64_t epoch = 0;
+  // Every node cheap: no flow graph, the caller runs the nodes itself.
+  bool run_inline = false;
+  // Per plan node: a tbb::flow::lightweight node (runs inside its
+  // predecessor's body, no task); bounded runs, see kMaxLightweightRun.
+  std::vector<uint8_t> lightweight;
+};
+
+// The policy for per-node classes `cheap` (1 = cheap).
+Policy derive_policy(const Plan& plan, std::span<const uint8_t> cheap);
+
+// Thread safety: thread-safe. record() races benignly (relaxed, a lost
+// sample is harmless); update() and current() take a mutex.
+class CostModel {
+ public:
+  // Initial classes from the kernels' own estimates. With `inline_nodes`
+  // false every node is expensive for good (each gets a task).
+  CostModel(const Plan& plan, bool inline_nodes);
+
+  // The current epoch and its run_inline flag, packed: read per step.
+  uint64_t epoch() const { return word_.load(std::memory_order_acquire) >> 1; }
+  bool run_inline() const { return (word_.load(std::memory_order_acquire) & 1) != 0; }
+  // A copy of the current policy (for building an instance).
+  Policy current() const;
+  // Whether this plan learns at all (partial-run plans do not).
+  bool learns() const { return learns_; }
+
+  // One measured execution of node `i`'s kernel.
+  void record(int32_t i, uint64_t cycles) noexcept {
+    const bool cheap = cheap_[i].load(std::memory_order_relaxed) != 0;
+    if (cheap ? cycles <= kExpensiveCycles : cycles >= kCheapCycles) {
+      if (streak_[i].load(std::memory_order_relaxed) != 0)
+        streak_[i].store(0, std::memory_order_relaxed);
+      return;
+    }
+    // On the other side of the boundary: kConfirm samples in a row (an
+    // interrupt or a cold cache makes one slow sample, not three).
+    const uint8_t s = streak_[i].load(std::memory_order_relaxed);
+    if (s < kConfirm) streak_[i].store(static_cast<uint8_t>(s + 1), std::memory_order_relaxed);
+    if (s + 1 >= kConfirm) dirty_.store(true, std::memory_order_relaxed);
+  }
+  // Some node crossed its class boundary since the last update().
+  bool dirty() const { return dirty_.load(std::memory_order_relaxed); }
+  // Re-derives the policy from the averages (a new epoch if it changed).
+  void update(const Plan& plan);
+
+  // Samples in a row past the boundary that move a node to the other class.
+  static constexpr uint8_t kConfirm = 3;
+  // A node's current class.
+  bool is_cheap(int32_t i) const { return cheap_[i].load(std::memory_order_relaxed) != 0; }
+
+ private:
+  void publish(const Policy& p) {
+    word_.store((p.epoch << 1) | (p.run_inline ? 1 : 0), std::memory_order_release);
+  }
+
+  bool learns_ = false;
+  // Per node: consecutive samples on the other side of its class boundary.
+  std::unique_ptr<std::atomic<uint8_t>[]> streak_;
+  std::unique_ptr<std::atomic<uint8_t>[]> cheap_;  // per node, the current policy's class
+  std::atomic<bool> dirty_{false};
+  std::atomic<uint64_t> word_{0};  // epoch << 1 | run_inline
+  mutable std::mutex mu_;
+  Policy policy_;  // guarded by mu_
+};
+
+}  // namespace graphrun::sched

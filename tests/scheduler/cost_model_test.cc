@@ -1,0 +1,219 @@
+// Inlining by measured cost, through a Session: a user's Call node with an
+// empty body ends up running on the calling thread without the flow graph;
+// one that turns expensive gets a task again; a fan-out of expensive nodes
+// is never serialized, whatever their hint; long chains with an expensive
+// node in the middle run exactly once per node per step.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <graphrun/graphrun.h>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <thread>
+#include <vector>
+
+#include "scheduler/thread_pool.h"
+#include "tests/testing/op_harness.h"
+
+namespace graphrun::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Busy for `us` microseconds (a kernel's work, measured in cycles).
+void spin_for(int64_t us) {
+  const auto until = Clock::now() + std::chrono::microseconds(us);
+  while (Clock::now() < until) {
+  }
+}
+
+// Whether the running kernel is inside a session pool's arena (a task of a
+// flow-graph step), not on a caller running the step's nodes itself.
+bool in_some_arena() { return ThreadPool::Impl::in_arena != nullptr; }
+
+std::unique_ptr<Session> session_of(const Graph& g, int threads) {
+  SessionOptions options;
+  options.inter_op_threads = threads;
+  Result<std::unique_ptr<Session>> s = Session::create(g, options);
+  EXPECT_THAT(s.status(), IsOk());
+  return s.is_ok() ? std::move(*s) : nullptr;
+}
+
+// One Call node whose body reports where it ran and spins `*work_us`.
+struct Probe {
+  std::atomic<int64_t> work_us{0};
+  std::atomic<bool> in_arena{false};
+  const Node* node = nullptr;
+
+  void add(Graph& g) {
+    ops::Call(
+        g, {}, {},
+        [this](std::span<const Tensor>) -> Result<std::vector<Tensor>> {
+          in_arena.store(in_some_arena());
+          spin_for(work_us.load());
+          return std::vector<Tensor>();
+        },
+        {}, "probe");
+    node = g.node(g.num_nodes() - 1);
+  }
+};
+
+TEST(CostModelTest, ACheapCallEndsUpOnTheCallingThread) {
+  Graph g;
+  Probe probe;
+  probe.add(g);
+  ASSERT_THAT(g.status(), IsOk());
+  auto session = session_of(g, 2);
+  ASSERT_NE(session, nullptr);
+  Result<Callable> callable = session->make_callable({}, {}, {probe.node});
+  ASSERT_THAT(callable.status(), IsOk());
+  // Not declared cheap: the first step gives it a task in the pool.
+  ASSERT_THAT(callable->run({}, {}), IsOk());
+  EXPECT_TRUE(probe.in_arena.load());
+  // Measured cheap over the first steps: from then on the caller runs it.
+  for (int i = 0; i < 8; ++i) ASSERT_THAT(callable->run({}, {}), IsOk());
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_THAT(callable->run({}, {}), IsOk());
+    EXPECT_FALSE(probe.in_arena.load()) << "step " << i;
+  }
+}
+
+TEST(CostModelTest, ACallThatTurnsExpensiveGetsATaskAgain) {
+  Graph g;
+  Probe probe;
+  probe.add(g);
+  ASSERT_THAT(g.status(), IsOk());
+  auto session = session_of(g, 2);
+  ASSERT_NE(session, nullptr);
+  Result<Callable> callable = session->make_callable({}, {}, {probe.node});
+  ASSERT_THAT(callable.status(), IsOk());
+  for (int i = 0; i < 10; ++i) ASSERT_THAT(callable->run({}, {}), IsOk());
+  ASSERT_FALSE(probe.in_arena.load());
+  // 200 us is far above the inline threshold: sampled steps notice.
+  probe.work_us.store(200);
+  int steps = 0;
+  while (!probe.in_arena.load() && steps < 200) {
+    ASSERT_THAT(callable->run({}, {}), IsOk());
+    ++steps;
+  }
+  EXPECT_TRUE(probe.in_arena.load()) << "still inline after " << steps << " steps";
+  for (int i = 0; i < 5; ++i) {
+    ASSERT_THAT(callable->run({}, {}), IsOk());
+    EXPECT_TRUE(probe.in_arena.load());
+  }
+  // And back when it is cheap again.
+  probe.work_us.store(0);
+  steps = 0;
+  while (probe.in_arena.load() && steps < 200) {
+    ASSERT_THAT(callable->run({}, {}), IsOk());
+    ++steps;
+  }
+  EXPECT_FALSE(probe.in_arena.load()) << "still a task after " << steps << " steps";
+}
+
+// Two expensive Calls that each wait for the other to start (up to
+// `patience`): they overlap only if the step runs them in parallel.
+class FanOutTest : public ::testing::TestWithParam<bool> {};
+
+TEST_P(FanOutTest, ExpensiveCallsOfAFanOutRunInParallel) {
+  const bool cheap_hint = GetParam();
+  Graph g;
+  std::atomic<int> arrived{0};
+  std::atomic<int> alone{0};  // bodies that gave up waiting
+  // A wrong cheap hint serializes the first steps; each waits this long.
+  const auto patience = std::chrono::milliseconds(cheap_hint ? 20 : 5000);
+  ops::CallAttrs attrs;
+  attrs.cheap = cheap_hint;
+  auto body = [&](std::span<const Tensor>) -> Result<std::vector<Tensor>> {
+    spin_for(100);
+    arrived.fetch_add(1);
+    const auto until = Clock::now() + patience;
+    while (arrived.load() < 2 && Clock::now() < until) std::this_thread::yield();
+    if (arrived.load() < 2) alone.fetch_add(1);
+    return std::vector<Tensor>();
+  };
+  ops::Call(g, {}, {}, body, attrs, "left");
+  const Node* left = g.node(g.num_nodes() - 1);
+  ops::Call(g, {}, {}, body, attrs, "right");
+  const Node* right = g.node(g.num_nodes() - 1);
+  const Node* join = ops::Group(g, {left, right}, "join");
+  ASSERT_THAT(g.status(), IsOk());
+  auto session = session_of(g, 2);
+  ASSERT_NE(session, nullptr);
+  Result<Callable> callable = session->make_callable({}, {}, {join});
+  ASSERT_THAT(callable.status(), IsOk());
+  // A wrong hint is corrected by the first measured steps.
+  if (cheap_hint) {
+    for (int i = 0; i < 8; ++i) {
+      arrived.store(0);
+      ASSERT_THAT(callable->run({}, {}), IsOk());
+    }
+    alone.store(0);
+  }
+  for (int i = 0; i < 40; ++i) {
+    arrived.store(0);
+    ASSERT_THAT(callable->run({}, {}), IsOk());
+  }
+  EXPECT_EQ(alone.load(), 0) << "the two expensive nodes ran one after the other";
+}
+
+INSTANTIATE_TEST_SUITE_P(Hints, FanOutTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& p) {
+                           return p.param ? "DeclaredCheap" : "Default";
+                         });
+
+TEST(CostModelTest, LongChainsAroundAnExpensiveNodeRunEveryNodeOnce) {
+  // Cheap nodes around one expensive node: lightweight runs, bounded, on
+  // both sides of a task.
+  constexpr int kNodes = 20000;
+  Graph g;
+  std::atomic<int64_t> runs{0};
+  Node* prev = nullptr;
+  for (int i = 0; i < kNodes; ++i) {
+    const bool expensive = i == kNodes / 2;
+    ops::Call(
+        g, {}, {},
+        [&runs, expensive](std::span<const Tensor>) -> Result<std::vector<Tensor>> {
+          if (expensive) spin_for(100);
+          runs.fetch_add(1, std::memory_order_relaxed);
+          return std::vector<Tensor>();
+        },
+        {}, fmt::format("n{}", i));
+    Node* node = g.mutable_node(g.num_nodes() - 1);
+    if (prev != nullptr) {
+      ASSERT_THAT(g.add_control_input(node, prev), IsOk());
+    }
+    prev = node;
+  }
+  ASSERT_THAT(g.status(), IsOk());
+  auto session = session_of(g, 2);
+  ASSERT_NE(session, nullptr);
+  Result<Callable> callable = session->make_callable({}, {}, {prev});
+  ASSERT_THAT(callable.status(), IsOk());
+  constexpr int kSteps = 24;
+  for (int i = 0; i < kSteps; ++i) ASSERT_THAT(callable->run({}, {}), IsOk());
+  EXPECT_EQ(runs.load(), int64_t{kSteps} * kNodes);
+}
+
+TEST(CostModelTest, InliningOffGivesEveryNodeATask) {
+  Graph g;
+  Probe probe;
+  probe.add(g);
+  ASSERT_THAT(g.status(), IsOk());
+  SessionOptions options;
+  options.inter_op_threads = 2;
+  options.inline_cheap_nodes = false;
+  Result<std::unique_ptr<Session>> session = Session::create(g, options);
+  ASSERT_THAT(session.status(), IsOk());
+  Result<Callable> callable = (*session)->make_callable({}, {}, {probe.node});
+  ASSERT_THAT(callable.status(), IsOk());
+  for (int i = 0; i < 30; ++i) {
+    ASSERT_THAT(callable->run({}, {}), IsOk());
+    EXPECT_TRUE(probe.in_arena.load()) << "step " << i;
+  }
+}
+
+}  // namespace
+}  // namespace graphrun::testing
