@@ -75,15 +75,7 @@ void RunState::release_inputs(const NodeItem& item) {
   }
 }
 
-bool RunState::should_skip(const NodeItem& item) {
-  // relaxed: advisory skip
-  if (cancellation_.cancelled.load(std::memory_order_relaxed)) return true;
-  return check_interrupted(item, "before");
-}
-
-bool RunState::check_interrupted(const NodeItem& item, const char* when) {
-  const uint8_t checks = checks_.load(std::memory_order_relaxed);
-  if ((checks & ~kCheckTrace) == 0) return false;
+bool RunState::interrupted(const NodeItem& item, uint8_t checks, const char* when) {
   if ((checks & kCheckClosed) != 0 &&
       control_.session_closed->load(std::memory_order_relaxed)) {  // relaxed: advisory
     record_error(session_closed_status());
@@ -110,9 +102,9 @@ void RunState::fail_node(const NodeItem& item, const Status& s) {
                          inputs.empty() ? std::string() : fmt::format(" (inputs: {})", inputs))));
 }
 
-Status RunState::call_kernel(const NodeItem& item) noexcept {
+inline Status RunState::call_kernel(const NodeItem& item) noexcept {
   OpKernelContext ctx(
-      *item.node, slots_.data(),
+      *item.node, item.num_outputs, slots_.data(),
       std::span<const int32_t>(plan_.input_slots.data() + item.input_begin,
                                static_cast<std::size_t>(item.input_end - item.input_begin)),
       slots_.data() + item.output_base, runtime_, &cancellation_, control_.step_id);
@@ -151,9 +143,12 @@ void RunState::record_stats(const NodeItem& item, NodeExecStats& stat, int64_t s
 
 void RunState::execute(int32_t i) noexcept {
   const NodeItem& item = plan_.nodes[static_cast<std::size_t>(i)];
-  if (should_skip(item)) return;  // successors still fire, and skip in turn
-  int64_t start_ns = 0;
   const uint8_t checks = checks_.load(std::memory_order_acquire);  // pairs with set_trace
+  // A cancelled step skips its remaining nodes (their successors still
+  // fire, and skip in turn). relaxed: advisory.
+  if (cancellation_.cancelled.load(std::memory_order_relaxed)) return;
+  if (may_be_interrupted(checks) && interrupted(item, checks, "before")) return;
+  int64_t start_ns = 0;
   if ((checks & kCheckTrace) != 0) {
     start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
                    std::chrono::steady_clock::now() - control_.epoch)
@@ -176,8 +171,8 @@ void RunState::execute(int32_t i) noexcept {
     }
     // A kernel that stopped because the session closed or the deadline
     // passed fails the step with that reason, whatever it returned.
-    if (check_interrupted(item, "while")) return;
-    if (!s.is_ok()) {
+    if (may_be_interrupted(checks) && interrupted(item, checks, "while")) return;
+    if (!s.is_ok()) [[unlikely]] {
       fail_node(item, s);
       return;
     }

@@ -106,12 +106,17 @@ class RunState {
 
  private:
   void release_inputs(const NodeItem& item);
-  // Whether node `item` must not run (cancelled, closed, past the deadline);
-  // records why.
-  bool should_skip(const NodeItem& item);
   // Records why the step must stop if the session was closed or the
-  // deadline passed (checked after a kernel returns); true if so.
-  bool check_interrupted(const NodeItem& item, const char* when);
+  // deadline passed (`checks` has kCheckInterrupts bits; checked before and
+  // after each kernel); true if so.
+  [[gnu::noinline]] bool interrupted(const NodeItem& item, uint8_t checks, const char* when);
+  // The inline part: a deadline to read the clock for, or the session
+  // closed.
+  bool may_be_interrupted(uint8_t checks) const {
+    return (checks & kCheckDeadline) != 0 ||
+           ((checks & kCheckClosed) != 0 &&
+            control_.session_closed->load(std::memory_order_relaxed));  // relaxed: advisory
+  }
   Status call_kernel(const NodeItem& item) noexcept;
   // Cold paths, out of line.
   [[gnu::noinline, gnu::cold]] void fail_node(const NodeItem& item, const Status& s);

@@ -28,13 +28,18 @@ std::string_view status_code_name(StatusCode code) {
   return "Unknown";
 }
 
-Status::Status(StatusCode code, std::string message) : code_(code), message_(std::move(message)) {
-  if (code_ == StatusCode::kOk) message_.clear();
+Status::Status(StatusCode code, std::string message)
+    : state_(code == StatusCode::kOk ? nullptr
+                                     : std::make_unique<State>(State{code, std::move(message)})) {}
+
+const std::string& Status::message() const {
+  static const std::string empty;
+  return state_ == nullptr ? empty : state_->message;
 }
 
 std::string Status::to_string() const {
   if (is_ok()) return "OK";
-  return fmt::format("{}: {}", status_code_name(code_), message_);
+  return fmt::format("{}: {}", status_code_name(state_->code), state_->message);
 }
 
 void Status::update(const Status& other) {
@@ -43,7 +48,7 @@ void Status::update(const Status& other) {
 
 Status Status::with_prefix(std::string_view prefix) const {
   if (is_ok()) return *this;
-  return Status(code_, fmt::format("{}: {}", prefix, message_));
+  return Status(state_->code, fmt::format("{}: {}", prefix, state_->message));
 }
 
 namespace internal {

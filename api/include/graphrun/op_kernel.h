@@ -409,7 +409,16 @@ class OpKernelContext {
   OpKernelContext(const Node& node, const Tensor* slots, std::span<const int32_t> input_slots,
                   Tensor* outputs, const KernelRuntime& runtime,
                   const StepCancellation* cancellation, int64_t step_id)
+      : OpKernelContext(node, node.num_outputs(), slots, input_slots, outputs, runtime,
+                        cancellation, step_id) {}
+  /// The same with the node's number of outputs given (the scheduler keeps
+  /// it next to the slots, sparing a read of the node).
+  OpKernelContext(const Node& node, int num_outputs, const Tensor* slots,
+                  std::span<const int32_t> input_slots, Tensor* outputs,
+                  const KernelRuntime& runtime, const StepCancellation* cancellation,
+                  int64_t step_id)
       : node_(node),
+        num_outputs_(num_outputs),
         slots_(slots),
         input_slots_(input_slots),
         outputs_(outputs),
@@ -424,7 +433,7 @@ class OpKernelContext {
   /// Input `i`; read-only (it may be shared with other nodes and fetches).
   const Tensor& input(int i) const { return slots_[input_slots_[static_cast<std::size_t>(i)]]; }
   /// The number of outputs.
-  int num_outputs() const { return node_.num_outputs(); }
+  int num_outputs() const { return num_outputs_; }
 
   /// A zero-filled output of the node's declared dtype. Validates the shape
   /// and reports allocation failure as ResourceExhausted.
@@ -456,6 +465,7 @@ class OpKernelContext {
 
  private:
   const Node& node_;
+  int num_outputs_;
   const Tensor* slots_;
   std::span<const int32_t> input_slots_;
   Tensor* outputs_;

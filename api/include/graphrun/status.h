@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include <cstdlib>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <type_traits>
@@ -55,18 +56,33 @@ std::string_view status_code_name(StatusCode code);
 class [[nodiscard]] Status {
  public:
   Status() = default;  ///< OK
-  /// A status of `code` with `message` (an error unless `code` is kOk).
+  /// A status of `code` with `message` (an error unless `code` is kOk; an
+  /// OK status keeps no message).
   Status(StatusCode code, std::string message);
+  ///@{
+  /// A value: copies copy the message; moves are a pointer's.
+  Status(const Status& other)
+      : state_(other.state_ == nullptr ? nullptr : std::make_unique<State>(*other.state_)) {}
+  Status& operator=(const Status& other) {
+    if (this != &other) {
+      state_ = other.state_ == nullptr ? nullptr : std::make_unique<State>(*other.state_);
+    }
+    return *this;
+  }
+  Status(Status&&) noexcept = default;
+  Status& operator=(Status&&) noexcept = default;
+  ~Status() = default;
+  ///@}
 
   /// The OK status.
   static Status ok() { return Status(); }
 
   /// True for OK.
-  bool is_ok() const { return code_ == StatusCode::kOk; }
+  bool is_ok() const { return state_ == nullptr; }
   /// The canonical code.
-  StatusCode code() const { return code_; }
+  StatusCode code() const { return state_ == nullptr ? StatusCode::kOk : state_->code; }
   /// The message; empty for OK.
-  const std::string& message() const { return message_; }
+  const std::string& message() const;
 
   /// "OK" or "InvalidArgument: <message>".
   std::string to_string() const;
@@ -79,12 +95,17 @@ class [[nodiscard]] Status {
 
   /// Same code and same message.
   friend bool operator==(const Status& a, const Status& b) {
-    return a.code_ == b.code_ && a.message_ == b.message_;
+    return a.code() == b.code() && a.message() == b.message();
   }
 
  private:
-  StatusCode code_ = StatusCode::kOk;
-  std::string message_;
+  // OK is no state at all: an OK status costs a null pointer to make, move
+  // and test (every kernel call returns one).
+  struct State {
+    StatusCode code;
+    std::string message;
+  };
+  std::unique_ptr<State> state_;
 };
 
 namespace internal {
