@@ -78,6 +78,9 @@ ROWS = [
     ("CallWavefront256", "Task2T", "Raw2T", "slowdown", 1.2, "wavefront 256x256, every node a task, 2 threads"),
     ("CallWavefront256", "Cheap1T", "Raw1T", "slowdown", None, "wavefront 256x256, declared cheap"),
     ("CallChain10k", "Task1T", "Raw1T", "slowdown", None, "chain of 10,000, every node a task"),
+    ("ColdChain1M", "Call", "Raw", "slowdown", None,
+     "10^6 Call nodes: Graph + Session::create + first run vs raw build + run + destroy"),
+    ("ColdChain1k", "Call", "Raw", "slowdown", None, "the same, 10^3 nodes"),
     ("CallChain10k", "Call1T", "Raw1T", "slowdown", None, "chain of 10,000, measured cost"),
     ("MatMul64", "Session", "Sequential", "speedup", 1.9,
      "64x 256^3 MatMul + Add tree, 2 cores vs 1"),
@@ -178,7 +181,33 @@ ROWS = [
 
 # Cases whose per-node time is worth printing.
 PER_NODE_CASES = {"NoOpChain10k", "Wavefront100x100", "CallSmall10", "CallChain1k", "CallChain10k",
-                  "CallChain100k", "CallTree64k", "CallWavefront256"}
+                  "CallChain100k", "CallChain1M", "CallTree64k", "CallWavefront256"}
+
+STANDARD_FIELDS = {"name", "run_name", "run_type", "repetitions", "repetition_index", "threads",
+                   "iterations", "real_time", "cpu_time", "time_unit", "family_index",
+                   "per_family_instance_index", "aggregate_name", "aggregate_unit", "nodes"}
+
+# Per-node time of one result against another's (growth with size):
+# (case, variant, base case, base variant, target: at most, note).
+PER_NODE_ROWS = [
+    ("CallChain1M", "Task1T", "CallChain1k", "Task1T", 1.2,
+     "per node, every node a task: 10^6 vs 10^3 nodes"),
+    ("CallChain1M", "Call1T", "CallChain1k", "Call1T", None,
+     "per node, measured cost (inline): 10^6 vs 10^3 nodes"),
+    ("CallChain1M", "Raw1T", "CallChain1k", "Raw1T", None,
+     "per node, raw continue_nodes: 10^6 vs 10^3 nodes"),
+]
+
+# A counter against an absolute bound: (case, variant, counter, target: at most, unit, note).
+COUNTER_ROWS = [
+    ("ColdChain1M", "Call", "bytes", 650, "B/node",
+     "peak RSS: graph + session + plan + instance, 10^6 Call nodes"),
+    ("ColdChain1M", "Call", "build_ns", 300, "ns/node", "Graph building (add_node + edge)"),
+    ("ColdChain1M", "Call", "first_run_ns", 1000, "ns/node",
+     "Session::create + first run (10^6 nodes under 1 s)"),
+    ("ColdChain1M", "Raw", "bytes", None, "B/node", "raw continue_nodes, peak RSS"),
+    ("ColdChain1M", "NoOp", "bytes", None, "B/node", "NoOp nodes, peak RSS"),
+]
 
 UNIT_NS = {"ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9}
 
@@ -207,6 +236,7 @@ def load(paths):
     samples = {}
     medians = {}
     nodes = {}
+    counters = {}
     for path in paths:
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
@@ -224,10 +254,14 @@ def load(paths):
             samples.setdefault(key, []).append(ns)
             if "nodes" in b:
                 nodes[key] = int(b["nodes"])
+            for name, value in b.items():
+                if name not in STANDARD_FIELDS and isinstance(value, (int, float)):
+                    counters.setdefault(key, {}).setdefault(name, []).append(float(value))
     out = {}
     for key in set(samples) | set(medians):
         values = medians.get(key) or samples[key]
-        out[key] = {"ns": statistics.median(values), "n": len(values), "nodes": nodes.get(key)}
+        out[key] = {"ns": statistics.median(values), "n": len(values), "nodes": nodes.get(key),
+                    "counters": {k: statistics.median(v) for k, v in counters.get(key, {}).items()}}
     return out
 
 
@@ -271,6 +305,36 @@ def build_table(results):
                       "target": tgt or "-",
                       "verdict": "-" if ok is None else ("PASS" if ok else "MISS"),
                       "note": note})
+    for case, variant, bcase, bvariant, target, note in PER_NODE_ROWS:
+        a = results.get((case, variant))
+        b = results.get((bcase, bvariant))
+        tgt = None if target is None else f"<= {target:g}x"
+        if a is None or b is None or not a["nodes"] or not b["nodes"]:
+            if target is not None:
+                table.append({"case": case, "pair": f"{variant} per node / {bcase}", "a": "-",
+                              "b": "-", "ratio": "-", "target": tgt, "verdict": "MISSING",
+                              "note": note})
+            continue
+        pa, pb = a["ns"] / a["nodes"], b["ns"] / b["nodes"]
+        ratio = pa / pb
+        ok = None if target is None else ratio <= target
+        table.append({"case": case, "pair": f"{variant} per node / {bcase}",
+                      "a": f"{pa:.1f} ns/node", "b": f"{pb:.1f} ns/node", "ratio": f"{ratio:.2f}x",
+                      "target": tgt or "-",
+                      "verdict": "-" if ok is None else ("PASS" if ok else "MISS"), "note": note})
+    for case, variant, counter, target, unit, note in COUNTER_ROWS:
+        r = results.get((case, variant))
+        value = None if r is None else r["counters"].get(counter)
+        tgt = None if target is None else f"<= {target:g} {unit}"
+        if value is None:
+            if target is not None:
+                table.append({"case": case, "pair": f"{variant} {counter}", "a": "-", "b": "-",
+                              "ratio": "-", "target": tgt, "verdict": "MISSING", "note": note})
+            continue
+        ok = None if target is None else value <= target
+        table.append({"case": case, "pair": f"{variant} {counter}", "a": f"{value:.0f} {unit}",
+                      "b": "-", "ratio": "-", "target": tgt or "-",
+                      "verdict": "-" if ok is None else ("PASS" if ok else "MISS"), "note": note})
     return table
 
 

@@ -7,7 +7,9 @@
 // inside its arena and re-triggered, each body calling the same
 // std::function.
 //
-//   Chain1k, Chain10k, Chain100k:  n0 -> n1 -> ... (sink: the last node)
+//   Chain1k, Chain10k, Chain100k, Chain1M:  n0 -> n1 -> ... (sink: the
+//              last node; Chain1M at 1 thread only: ratios.py compares its
+//              time per node with Chain1k's)
 //   Tree64k:   a binary fan-out tree of 65,535 nodes (each node precedes
 //              its two children), plus a sink after every leaf
 //   Wavefront256:  256x256, w(i,j) after w(i-1,j) and w(i,j-1)
@@ -209,11 +211,13 @@ void BM_Graphrun(benchmark::State& state, Dag (*make)(), int threads, bool cheap
 Dag chain1k() { return chain(1000); }
 Dag chain10k() { return chain(10000); }
 Dag chain100k() { return chain(100000); }
+Dag chain1m() { return chain(1000000); }
 Dag tree64k() { return fan_out_tree(16); }
 Dag wavefront256() { return wavefront(256); }
 
-void register_case(const char* name, Dag (*make)()) {
+void register_case(const char* name, Dag (*make)(), bool one_thread_only = false) {
   for (const int t : {1, 2}) {
+    if (one_thread_only && t == 2) break;
     benchmark::RegisterBenchmark(fmt::format("BM_Call{}_Raw{}T", name, t).c_str(),
                                  [make, t](benchmark::State& s) { BM_Raw(s, make, t); })
         ->UseRealTime();
@@ -237,6 +241,7 @@ const bool registered = [] {
   register_case("Chain1k", chain1k);
   register_case("Chain10k", chain10k);
   register_case("Chain100k", chain100k);
+  register_case("Chain1M", chain1m, /*one_thread_only=*/true);
   register_case("Tree64k", tree64k);
   register_case("Wavefront256", wavefront256);
   return true;

@@ -486,12 +486,14 @@ class OpKernel {
   /// Computes the node's outputs from its inputs; an error fails the step
   /// (the scheduler prefixes the node).
   virtual Status compute(OpKernelContext& ctx) = 0;
-  /// True for kernels cheap enough to run inline without a task of their own
-  /// (TensorFlow's !IsExpensive()): the scheduler then runs the node on the
-  /// thread that completed its last input, right after that input's node.
-  /// Decided once per (session, node), so a kernel whose cost grows with its
-  /// tensors answers from the node's build-time shapes (small_static_shapes).
-  /// A wrong `true` costs parallelism, never correctness. Default: false.
+  /// The first estimate of whether the kernel is cheap enough to run inline
+  /// without a task of their own (TensorFlow's !IsExpensive()): the node
+  /// then runs on the thread that completed its last input. The scheduler
+  /// measures the kernel's cycles over its first steps and decides from
+  /// them after that (SessionOptions::inline_cheap_nodes); this answer only
+  /// counts until then. Asked once per (session, node), so a kernel whose
+  /// cost grows with its tensors answers from the node's build-time shapes
+  /// (small_static_shapes). Default: false (expensive until measured).
   virtual bool is_cheap() const { return false; }
   /// Optional epilogue fusion: one kernel computing this node followed by
   /// `chain`, where chain[0] reads this node's only output and each next

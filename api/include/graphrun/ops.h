@@ -245,9 +245,11 @@ struct CallAttrs {
   std::vector<Shape> output_shapes;
   /// Stateful callables run once per step and never get deduplicated.
   bool stateful = true;
-  /// A cheap callable (a few microseconds at most) runs inline on the thread
-  /// that made its inputs, without a task (OpKernel::is_cheap). A wrong
-  /// `true` costs parallelism, never correctness.
+  /// A hint: the callable is cheap (a microsecond or two), so it may run
+  /// inline on the thread that made its inputs from the first step on
+  /// (OpKernel::is_cheap). Not needed for speed: the scheduler measures
+  /// every callable over its first steps and runs the cheap ones inline
+  /// anyway. A wrong `true` costs parallelism for those first steps only.
   bool cheap = false;
 };
 /// Adds a node that runs `fn` on its inputs. Returns one Output per entry of
