@@ -205,6 +205,9 @@ COUNTER_ROWS = [
     ("ColdChain1M", "Call", "build_ns", 300, "ns/node", "Graph building (add_node + edge)"),
     ("ColdChain1M", "Call", "first_run_ns", 1000, "ns/node",
      "Session::create + first run (10^6 nodes under 1 s)"),
+    ("ColdChain1M", "CallMoved", "bytes", None, "B/node", "the same, graph moved into the session"),
+    ("ColdChain1M", "CallMoved", "first_run_ns", None, "ns/node",
+     "Session::create(std::move(g)) + first run"),
     ("ColdChain1M", "Raw", "bytes", None, "B/node", "raw continue_nodes, peak RSS"),
     ("ColdChain1M", "NoOp", "bytes", None, "B/node", "NoOp nodes, peak RSS"),
 ]

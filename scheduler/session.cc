@@ -7,10 +7,23 @@
 
 namespace graphrun {
 
+namespace {
+
+Status check_graph(const Graph& graph) {
+  return graph.status().is_ok() ? Status::ok()
+                                : graph.status().with_prefix(
+                                      "cannot create a session from a graph with a build error");
+}
+
+}  // namespace
+
 Result<std::unique_ptr<Session>> Session::create(const Graph& graph, SessionOptions options) {
-  if (!graph.status().is_ok()) {
-    return graph.status().with_prefix("cannot create a session from a graph with a build error");
-  }
+  GRAPHRUN_RETURN_IF_ERROR(check_graph(graph));
+  return create(graph.clone(), std::move(options));
+}
+
+Result<std::unique_ptr<Session>> Session::create(Graph&& graph, SessionOptions options) {
+  GRAPHRUN_RETURN_IF_ERROR(check_graph(graph));
   // A GRAPHRUN_CPU_ISA the kernels cannot honour fails here, not as a
   // SIGILL in a kernel.
   if (!cpu_isa_status().is_ok()) return cpu_isa_status();
@@ -27,7 +40,7 @@ Result<std::unique_ptr<Session>> Session::create(const Graph& graph, SessionOpti
     }
     GRAPHRUN_ASSIGN_OR_RETURN(options.thread_pool, ThreadPool::create(options.inter_op_threads));
   }
-  auto impl = std::make_unique<sched::SessionImpl>(graph.clone(), options);
+  auto impl = std::make_unique<sched::SessionImpl>(std::move(graph), options);
   return std::unique_ptr<Session>(new Session(std::move(impl)));
 }
 

@@ -50,9 +50,11 @@ std::string Node::describe() const { return fmt::format("node '{}' ({})", name_,
 Graph::Graph(const OpRegistry& registry) : registry_(&registry) {}
 Graph::Graph(Graph&& other) noexcept { *this = std::move(other); }
 Graph& Graph::operator=(Graph&& other) noexcept {
+  if (this == &other) return *this;
   registry_ = other.registry_;
   nodes_ = std::move(other.nodes_);
   by_name_ = std::move(other.by_name_);
+  last_suffix_ = std::move(other.last_suffix_);
   scope_ = std::move(other.scope_);
   control_scope_ = std::move(other.control_scope_);
   seed_ = other.seed_;
@@ -61,6 +63,13 @@ Graph& Graph::operator=(Graph&& other) noexcept {
   status_ = std::move(other.status_);
   // Nodes point back at their graph.
   for (auto& n : nodes_) n->graph_ = this;
+  // The moved-from graph is empty (and usable: a new graph on the same
+  // registry).
+  other.nodes_.clear();
+  other.by_name_.clear();
+  other.last_suffix_.clear();
+  other.collections_.clear();
+  other.status_ = Status::ok();
   return *this;
 }
 Graph::~Graph() = default;
@@ -79,6 +88,7 @@ Graph Graph::clone() const {
     for (const Node*& dep : c->control_inputs_) dep = copy.nodes_[dep->id()].get();
   }
   copy.by_name_ = by_name_;
+  copy.last_suffix_ = last_suffix_;
   copy.scope_ = scope_;
   for (const Node* dep : control_scope_)
     copy.control_scope_.push_back(copy.nodes_[dep->id()].get());
@@ -162,9 +172,13 @@ std::string Graph::scoped(std::string_view base) const {
 std::string Graph::unique_name(std::string_view base) const {
   std::string name = scoped(base);
   if (!by_name_.contains(name)) return name;
-  for (int i = 1;; ++i) {
+  int& last = last_suffix_[name];
+  for (int i = last + 1;; ++i) {
     std::string candidate = fmt::format("{}_{}", name, i);
-    if (!by_name_.contains(candidate)) return candidate;
+    if (!by_name_.contains(candidate)) {
+      last = i;
+      return candidate;
+    }
   }
 }
 

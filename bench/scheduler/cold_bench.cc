@@ -1,9 +1,10 @@
 // Case 13: cold paths and memory, each measured in a fresh process
 // (bench/scheduler/cold_probe.cc) per size: a chain of N nodes built, run
 // once, with the process's peak resident memory. One benchmark per engine
-// and size: BM_ColdChain<N>_{Raw,Call,NoOp} (Raw: default-policy
+// and size: BM_ColdChain<N>_{Raw,Call,CallMoved,NoOp} (Raw: default-policy
 // continue_nodes built, run and destroyed; Call/NoOp: Graph building, then
-// Session::create and the first run).
+// Session::create and the first run; CallMoved: the graph moved into the
+// session instead of copied).
 //
 // Time (manual): build + first run of the probe. Counters per node:
 // build_ns (Raw: nodes + edges; graphrun: Graph::add_node and the control
@@ -61,10 +62,14 @@ const bool registered = [] {
     int nodes;
   } sizes[] = {{"1k", 1000}, {"10k", 10000}, {"100k", 100000}, {"1M", 1000000}};
   for (const auto& size : sizes) {
-    for (const char* kind : {"Raw", "Call", "NoOp"}) {
-      const char* arg = kind[0] == 'R' ? "raw" : (kind[0] == 'C' ? "call" : "noop");
+    const struct {
+      const char* name;
+      const char* arg;
+    } kinds[] = {{"Raw", "raw"}, {"Call", "call"}, {"CallMoved", "callmoved"}, {"NoOp", "noop"}};
+    for (const auto& kind : kinds) {
       const int n = size.nodes;
-      benchmark::RegisterBenchmark(fmt::format("BM_ColdChain{}_{}", size.name, kind).c_str(),
+      const char* arg = kind.arg;
+      benchmark::RegisterBenchmark(fmt::format("BM_ColdChain{}_{}", size.name, kind.name).c_str(),
                                    [arg, n](benchmark::State& s) { BM_Cold(s, arg, n); })
           ->UseManualTime()
           ->Iterations(n >= 1000000 ? 1 : 3)

@@ -2,7 +2,7 @@
 // bench/scheduler/cold_bench.cc (peak memory must come from a separate
 // process per size: a process never gives its heap back).
 //
-//   graphrun_cold_probe <raw|call|noop> <nodes>
+//   graphrun_cold_probe <raw|call|callmoved|noop> <nodes>
 //
 // Builds a chain of <nodes> nodes, runs it once, and prints one line:
 //   build_ns=<...> first_run_ns=<...> peak_bytes=<...>
@@ -12,6 +12,7 @@
 // call: a Graph of ops::Call nodes with default attributes (build_ns:
 //       Graph building), then Session::create (1 thread) and the first run
 //       with the last node as target (first_run_ns: create + run).
+// callmoved: the same, the graph moved into the session (no copy).
 // noop: the same with ops::NoOp nodes.
 // peak_bytes: the process's peak resident set (getrusage) minus its
 // resident set before building anything.
@@ -91,7 +92,7 @@ void probe_raw(int n, int64_t& build_ns, int64_t& run_ns) {
   });
 }
 
-void probe_graphrun(int n, bool call, int64_t& build_ns, int64_t& run_ns) {
+void probe_graphrun(int n, bool call, bool move, int64_t& build_ns, int64_t& run_ns) {
   const std::function<void()>* fn = &work();
   const graphrun::ops::CallableFn body =
       [fn](std::span<const graphrun::Tensor>) -> graphrun::Result<std::vector<graphrun::Tensor>> {
@@ -116,7 +117,8 @@ void probe_graphrun(int n, bool call, int64_t& build_ns, int64_t& run_ns) {
   const auto t1 = Clock::now();
   graphrun::SessionOptions options;
   options.inter_op_threads = 1;
-  auto session = graphrun::Session::create(g, options);
+  auto session = move ? graphrun::Session::create(std::move(g), options)
+                      : graphrun::Session::create(g, options);
   if (!session.is_ok()) fail(session.status().to_string());
   auto r = (*session)->run({}, {}, {prev});
   if (!r.is_ok()) fail(r.status().to_string());
@@ -126,7 +128,7 @@ void probe_graphrun(int n, bool call, int64_t& build_ns, int64_t& run_ns) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc != 3) fail("usage: graphrun_cold_probe <raw|call|noop> <nodes>");
+  if (argc != 3) fail("usage: graphrun_cold_probe <raw|call|callmoved|noop> <nodes>");
   const std::string kind = argv[1];
   const int n = std::atoi(argv[2]);
   if (n <= 0) fail("nodes must be positive");
@@ -135,8 +137,8 @@ int main(int argc, char** argv) {
   int64_t run_ns = 0;
   if (kind == "raw") {
     probe_raw(n, build_ns, run_ns);
-  } else if (kind == "call" || kind == "noop") {
-    probe_graphrun(n, kind == "call", build_ns, run_ns);
+  } else if (kind == "call" || kind == "callmoved" || kind == "noop") {
+    probe_graphrun(n, kind != "noop", kind == "callmoved", build_ns, run_ns);
   } else {
     fail("unknown kind " + kind);
   }

@@ -22,6 +22,28 @@ TEST(TensorNameTest, Parses) {
   }
 }
 
+TEST(GraphTest, UniqueNamesTakeTheSmallestFreeSuffix) {
+  Graph g;
+  ops::NoOp(g, "n");
+  ops::NoOp(g, "n_2");  // taken by hand: the suffixes skip it
+  std::vector<std::string> names;
+  for (int i = 0; i < 4; ++i) names.push_back(ops::NoOp(g, "n")->name());
+  EXPECT_EQ(names, (std::vector<std::string>{"n_1", "n_3", "n_4", "n_5"}));
+  ops::NoOp(g, "n_7");
+  EXPECT_EQ(ops::NoOp(g, "n")->name(), "n_6");
+  EXPECT_EQ(ops::NoOp(g, "n")->name(), "n_8");
+  // A clone and a moved-to graph go on from there.
+  Graph copy = g.clone();
+  EXPECT_EQ(ops::NoOp(copy, "n")->name(), "n_9");
+  Graph moved(std::move(g));
+  EXPECT_EQ(ops::NoOp(moved, "n")->name(), "n_9");
+  // Many unnamed nodes of one op: distinct names (and no quadratic search).
+  Graph big;
+  for (int i = 0; i < 20000; ++i) ops::NoOp(big);
+  EXPECT_EQ(big.node(19999)->name(), "NoOp_19999");
+  EXPECT_TRUE(big.status().is_ok());
+}
+
 TEST(GraphTest, UniqueNamesAndScopes) {
   Graph g;
   Output a = ops::Const(g, Tensor(1.0f));

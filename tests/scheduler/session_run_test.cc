@@ -41,6 +41,40 @@ TEST_P(SessionRunTest, ComputesFetchInCallerOrder) {
   EXPECT_EQ(counter_.count("c"), 1) << "a repeated fetch must not run its node twice";
 }
 
+TEST_P(SessionRunTest, ASessionTakesAMovedGraphOverWithoutACopy) {
+  Output a = value(g_, 1.0f, "a");
+  Output b = value(g_, 2.0f, "b");
+  Output c = sum2(g_, a, b, "c");
+  const Node* c_node = c.node();
+  ASSERT_TRUE(g_.status().is_ok()) << g_.status().to_string();
+  Result<std::unique_ptr<Session>> s = Session::create(std::move(g_));
+  ASSERT_THAT(s.status(), IsOk());
+  // The source is empty and usable; the Outputs now name the session's nodes.
+  EXPECT_EQ(g_.num_nodes(), 0);
+  EXPECT_TRUE(g_.status().is_ok());
+  EXPECT_EQ(&c_node->graph(), &(*s)->graph());
+  auto out = (*s)->run({}, {c, "a:0"});
+  ASSERT_THAT(out, IsOk());
+  EXPECT_EQ((*out)[0].scalar<float>(), 3.0f);
+  EXPECT_EQ((*out)[1].scalar<float>(), 1.0f);
+  EXPECT_EQ(counter_.count("c"), 1);
+  // A new graph in the moved-from one is independent of the session's.
+  value(g_, 5.0f, "a");
+  EXPECT_TRUE(g_.status().is_ok());
+  EXPECT_EQ(g_.num_nodes(), 1);
+  EXPECT_EQ((*s)->graph().num_nodes(), 3);
+}
+
+TEST_P(SessionRunTest, AMovedGraphWithABuildErrorIsRefused) {
+  value(g_, 1.0f, "a");
+  g_.record_error(invalid_argument("broken on purpose"));
+  Result<std::unique_ptr<Session>> s = Session::create(std::move(g_));
+  ASSERT_FALSE(s.is_ok());
+  EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("broken on purpose"), std::string::npos)
+      << s.status().to_string();
+}
+
 TEST_P(SessionRunTest, RunsOnlyWhatFetchesNeed) {
   Output a = value(g_, 1.0f, "a");
   Output x = sum2(g_, a, a, "x");

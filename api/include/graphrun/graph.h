@@ -193,7 +193,8 @@ class Graph {
   /// `registry` must outlive the graph.
   explicit Graph(const OpRegistry& registry);
   ///@{
-  /// Moves the nodes; Node pointers and Outputs stay valid.
+  /// Moves the nodes; Node pointers and Outputs stay valid (they name the
+  /// new graph's nodes). The moved-from graph is left empty.
   Graph(Graph&&) noexcept;
   Graph& operator=(Graph&&) noexcept;
   ///@}
@@ -290,6 +291,10 @@ class Graph {
   const OpRegistry* registry_;
   std::vector<std::unique_ptr<Node>> nodes_;
   std::unordered_map<std::string, int> by_name_;
+  // Per name unique_name() had to suffix, the last suffix it returned:
+  // names are never freed, so the next free one is past it (without this,
+  // n unnamed nodes of one op cost n^2 / 2 lookups).
+  mutable std::unordered_map<std::string, int> last_suffix_;
   std::string scope_;
   std::vector<const Node*> control_scope_;
   std::optional<int64_t> seed_;

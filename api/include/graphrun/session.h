@@ -304,6 +304,11 @@ class Session {
  public:
   /// Copies `graph`; fails if graph.status() is not OK.
   static Result<std::unique_ptr<Session>> create(const Graph& graph, SessionOptions options = {});
+  /// The same, taking the graph over instead of copying it
+  /// (`Session::create(std::move(g))`): a big graph built only for this
+  /// session then exists once, and Outputs and Node pointers into it stay
+  /// valid (they now name the session's nodes). `graph` is left empty.
+  static Result<std::unique_ptr<Session>> create(Graph&& graph, SessionOptions options = {});
   ~Session();
   Session(const Session&) = delete;
   Session& operator=(const Session&) = delete;
