@@ -48,8 +48,10 @@ Policy derive_policy(const Plan& plan, std::span<const uint8_t> cheap) {
   return p;
 }
 
-CostModel::CostModel(const Plan& plan, bool inline_nodes)
+CostModel::CostModel(const Plan& plan, bool inline_nodes, uint64_t expensive_cycles)
     : learns_(!plan.partial && inline_nodes),
+      expensive_cycles_(expensive_cycles),
+      cheap_cycles_(expensive_cycles / 2),
       streak_(new std::atomic<uint8_t>[plan.nodes.size()]),
       cheap_(new std::atomic<uint8_t>[plan.nodes.size()]) {
   std::vector<uint8_t> cheap(plan.nodes.size());

@@ -35,12 +35,12 @@ namespace graphrun::sched {
 
 struct Plan;
 
-// A node becomes expensive when its average rises above kExpensiveCycles
-// and cheap again when it falls below kCheapCycles (TF inlines kernels below
-// about 5000-8000 cycles; the gap keeps a node near the boundary from
-// flapping).
-inline constexpr uint32_t kExpensiveCycles = 8000;
-inline constexpr uint32_t kCheapCycles = 4000;
+// A node becomes expensive when its samples rise above the plan's
+// threshold (SessionOptions::inline_below_cycles, kDefaultInlineCycles by
+// default) and cheap again when they fall below half of it (TF inlines
+// kernels below about 5000-8000 cycles; the gap keeps a node near the
+// boundary from flapping).
+inline constexpr uint64_t kDefaultInlineCycles = 8000;
 // Measured steps: the first kLearnSteps of an instance, then one in
 // kSampleEvery.
 inline constexpr uint32_t kLearnSteps = 3;
@@ -74,7 +74,8 @@ class CostModel {
  public:
   // Initial classes from the kernels' own estimates. With `inline_nodes`
   // false every node is expensive for good (each gets a task).
-  CostModel(const Plan& plan, bool inline_nodes);
+  // `expensive_cycles`: the threshold (> 0).
+  CostModel(const Plan& plan, bool inline_nodes, uint64_t expensive_cycles = kDefaultInlineCycles);
 
   // The current epoch and its run_inline flag, packed: read per step.
   uint64_t epoch() const { return word_.load(std::memory_order_acquire) >> 1; }
@@ -87,7 +88,7 @@ class CostModel {
   // One measured execution of node `i`'s kernel.
   void record(int32_t i, uint64_t cycles) noexcept {
     const bool cheap = cheap_[i].load(std::memory_order_relaxed) != 0;
-    if (cheap ? cycles <= kExpensiveCycles : cycles >= kCheapCycles) {
+    if (cheap ? cycles <= expensive_cycles_ : cycles >= cheap_cycles_) {
       if (streak_[i].load(std::memory_order_relaxed) != 0)
         streak_[i].store(0, std::memory_order_relaxed);
       return;
@@ -105,6 +106,9 @@ class CostModel {
 
   // Samples in a row past the boundary that move a node to the other class.
   static constexpr uint8_t kConfirm = 3;
+  // The class boundaries: expensive above the first, cheap below the second.
+  uint64_t expensive_cycles() const { return expensive_cycles_; }
+  uint64_t cheap_cycles() const { return cheap_cycles_; }
   // A node's current class.
   bool is_cheap(int32_t i) const { return cheap_[i].load(std::memory_order_relaxed) != 0; }
 
@@ -114,6 +118,8 @@ class CostModel {
   }
 
   bool learns_ = false;
+  uint64_t expensive_cycles_;
+  uint64_t cheap_cycles_;
   // Per node: consecutive samples on the other side of its class boundary.
   std::unique_ptr<std::atomic<uint8_t>[]> streak_;
   std::unique_ptr<std::atomic<uint8_t>[]> cheap_;  // per node, the current policy's class

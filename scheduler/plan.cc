@@ -340,7 +340,7 @@ Result<std::shared_ptr<const Plan>> build_plan(const Graph& graph, const Signatu
     plan->slot_readers[static_cast<std::size_t>(s)] = Plan::kKeep;
   }
   if (sig.partial) add_partial_run_info(*plan, sig, fed, index_of);
-  plan->costs = std::make_unique<CostModel>(*plan, sig.inline_nodes);
+  plan->costs = std::make_unique<CostModel>(*plan, sig.inline_nodes, sig.inline_below_cycles);
   return std::shared_ptr<const Plan>(std::move(plan));
 }
 

@@ -48,8 +48,10 @@ struct Signature {
   // May fuse chains of nodes into one kernel (OpKernel::fuse); never for
   // partial runs.
   bool fuse = false;
-  // Cheap nodes may run inline (SessionOptions::inline_cheap_nodes).
+  // Cheap nodes may run inline (SessionOptions::inline_cheap_nodes), and
+  // what cheap means (SessionOptions::inline_below_cycles).
   bool inline_nodes = true;
+  uint64_t inline_below_cycles = kDefaultInlineCycles;
 };
 
 // Nodes after a fusion's head, at most (a bias add and an activation).

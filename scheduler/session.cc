@@ -27,6 +27,10 @@ Result<std::unique_ptr<Session>> Session::create(Graph&& graph, SessionOptions o
   // A GRAPHRUN_CPU_ISA the kernels cannot honour fails here, not as a
   // SIGILL in a kernel.
   if (!cpu_isa_status().is_ok()) return cpu_isa_status();
+  if (options.inline_below_cycles <= 0) {
+    return invalid_argument("SessionOptions::inline_below_cycles must be > 0, got {}",
+                            options.inline_below_cycles);
+  }
   if (options.inter_op_threads < 0) {
     return invalid_argument("SessionOptions::inter_op_threads must be >= 0, got {}",
                             options.inter_op_threads);

@@ -379,6 +379,7 @@ Result<std::pair<Signature, PlanLease>> SessionImpl::prepare(const FeedRefs& fee
     sig.fuse = options_.fuse_kernels;
   }
   sig.inline_nodes = options_.inline_cheap_nodes;
+  sig.inline_below_cycles = static_cast<uint64_t>(options_.inline_below_cycles);
   GRAPHRUN_ASSIGN_OR_RETURN(PlanLease entry, plan_for(sig));
   return std::pair<Signature, PlanLease>(std::move(sig), std::move(entry));
 }

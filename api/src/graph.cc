@@ -74,6 +74,47 @@ Graph& Graph::operator=(Graph&& other) noexcept {
 }
 Graph::~Graph() = default;
 
+uint32_t Graph::NameIndex::tag_of(std::string_view name) {
+  const std::size_t h = std::hash<std::string_view>{}(name);
+  return static_cast<uint32_t>(h ^ (h >> 32));
+}
+
+int Graph::NameIndex::find(std::string_view name,
+                           const std::vector<std::unique_ptr<Node>>& nodes) const {
+  if (slots_.empty()) return -1;
+  const uint32_t tag = tag_of(name);
+  const std::size_t mask = slots_.size() - 1;
+  for (std::size_t i = tag & mask;; i = (i + 1) & mask) {
+    const uint64_t slot = slots_[i];
+    if (slot == 0) return -1;
+    if (static_cast<uint32_t>(slot >> 32) == tag) {
+      const auto id = static_cast<int>((slot & 0xffffffffu) - 1);
+      if (nodes[static_cast<std::size_t>(id)]->name_ == name) return id;
+    }
+  }
+}
+
+void Graph::NameIndex::place(uint64_t slot) {
+  const std::size_t mask = slots_.size() - 1;
+  std::size_t i = static_cast<uint32_t>(slot >> 32) & mask;
+  while (slots_[i] != 0) i = (i + 1) & mask;
+  slots_[i] = slot;
+}
+
+void Graph::NameIndex::insert(std::string_view name, int id) {
+  if (2 * (size_ + 1) > slots_.size()) {
+    // Grow to twice: the tags give every entry its place again, without
+    // hashing the names.
+    std::vector<uint64_t> old = std::move(slots_);
+    slots_.assign(old.empty() ? 16 : 2 * old.size(), 0);
+    for (const uint64_t slot : old) {
+      if (slot != 0) place(slot);
+    }
+  }
+  place((static_cast<uint64_t>(tag_of(name)) << 32) | (static_cast<uint64_t>(id) + 1));
+  ++size_;
+}
+
 Graph Graph::clone() const {
   Graph copy(*registry_);
   copy.nodes_.reserve(nodes_.size());
@@ -150,8 +191,9 @@ Status Graph::append_nodes_from(const Graph& grown) {
     // Inputs point at earlier nodes: remap them into this graph by id.
     for (Output& in : c->inputs_) in = Output(nodes_[in.node()->id()].get(), in.index());
     for (const Node*& dep : c->control_inputs_) dep = nodes_[dep->id()].get();
-    by_name_.emplace(c->name_, static_cast<int>(id));
+    const std::string& name = c->name_;
     nodes_.push_back(std::move(c));
+    by_name_.insert(name, static_cast<int>(id));
   }
   for (const auto& [key, list] : grown.collections_) {
     auto& mine = collections_[key];
@@ -171,11 +213,11 @@ std::string Graph::scoped(std::string_view base) const {
 
 std::string Graph::unique_name(std::string_view base) const {
   std::string name = scoped(base);
-  if (!by_name_.contains(name)) return name;
+  if (by_name_.find(name, nodes_) < 0) return name;
   int& last = last_suffix_[name];
   for (int i = last + 1;; ++i) {
     std::string candidate = fmt::format("{}_{}", name, i);
-    if (!by_name_.contains(candidate)) {
+    if (by_name_.find(candidate, nodes_) < 0) {
       last = i;
       return candidate;
     }
@@ -183,8 +225,8 @@ std::string Graph::unique_name(std::string_view base) const {
 }
 
 const Node* Graph::find_node(std::string_view name) const {
-  auto it = by_name_.find(std::string(name));
-  return it == by_name_.end() ? nullptr : nodes_[static_cast<std::size_t>(it->second)].get();
+  const int id = by_name_.find(name, nodes_);
+  return id < 0 ? nullptr : nodes_[static_cast<std::size_t>(id)].get();
 }
 
 Result<Output> Graph::find_output(std::string_view name) const {
@@ -381,8 +423,9 @@ Result<Node*> Graph::add_node(NodeSpec spec) {
   node->output_dtypes_ = std::move(out_dtypes);
   node->output_shapes_ = std::move(out_shapes);
   node->kernel_ = std::move(spec.kernel);
-  by_name_.emplace(node->name_, node->id_);
+  const int id = node->id_;
   nodes_.push_back(std::move(node));
+  by_name_.insert(nodes_.back()->name_, id);
   return nodes_.back().get();
 }
 

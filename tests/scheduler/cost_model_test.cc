@@ -14,7 +14,8 @@
 #include <thread>
 #include <vector>
 
-#include "scheduler/thread_pool.h"
+#include <oneapi/tbb/task.h>
+
 #include "tests/testing/op_harness.h"
 
 namespace graphrun::testing {
@@ -29,13 +30,24 @@ void spin_for(int64_t us) {
   }
 }
 
-// Whether the running kernel is inside a session pool's arena (a task of a
-// flow-graph step), not on a caller running the step's nodes itself.
-bool in_some_arena() { return ThreadPool::Impl::in_arena != nullptr; }
+// Probe sessions' size, and their threshold: high, so that an empty
+// body counts as cheap also in sanitizer builds (whose instrumented kernel
+// path takes far more than the default 8000 cycles); the expensive phase
+// spins well above it.
+int probe_threads() { return 2; }
+constexpr int64_t kProbeCycles = 2'000'000;
+constexpr int64_t kExpensiveUs = 5000;
 
-std::unique_ptr<Session> session_of(const Graph& g, int threads) {
+// Whether the running kernel runs in a oneTBB task (a flow-graph step's
+// node, on the caller or a worker), not called by a caller running the
+// step's nodes itself.
+bool in_some_arena() { return tbb::task::current_context() != nullptr; }
+
+std::unique_ptr<Session> session_of(const Graph& g, int threads,
+                                    int64_t inline_below_cycles = kProbeCycles) {
   SessionOptions options;
   options.inter_op_threads = threads;
+  options.inline_below_cycles = inline_below_cycles;
   Result<std::unique_ptr<Session>> s = Session::create(g, options);
   EXPECT_THAT(s.status(), IsOk());
   return s.is_ok() ? std::move(*s) : nullptr;
@@ -65,7 +77,7 @@ TEST(CostModelTest, ACheapCallEndsUpOnTheCallingThread) {
   Probe probe;
   probe.add(g);
   ASSERT_THAT(g.status(), IsOk());
-  auto session = session_of(g, 2);
+  auto session = session_of(g, probe_threads());
   ASSERT_NE(session, nullptr);
   Result<Callable> callable = session->make_callable({}, {}, {probe.node});
   ASSERT_THAT(callable.status(), IsOk());
@@ -85,14 +97,14 @@ TEST(CostModelTest, ACallThatTurnsExpensiveGetsATaskAgain) {
   Probe probe;
   probe.add(g);
   ASSERT_THAT(g.status(), IsOk());
-  auto session = session_of(g, 2);
+  auto session = session_of(g, probe_threads());
   ASSERT_NE(session, nullptr);
   Result<Callable> callable = session->make_callable({}, {}, {probe.node});
   ASSERT_THAT(callable.status(), IsOk());
   for (int i = 0; i < 10; ++i) ASSERT_THAT(callable->run({}, {}), IsOk());
   ASSERT_FALSE(probe.in_arena.load());
-  // 200 us is far above the inline threshold: sampled steps notice.
-  probe.work_us.store(200);
+  // Far above the inline threshold: sampled steps notice.
+  probe.work_us.store(kExpensiveUs);
   int steps = 0;
   while (!probe.in_arena.load() && steps < 200) {
     ASSERT_THAT(callable->run({}, {}), IsOk());
@@ -140,7 +152,7 @@ TEST_P(FanOutTest, ExpensiveCallsOfAFanOutRunInParallel) {
   const Node* right = g.node(g.num_nodes() - 1);
   const Node* join = ops::Group(g, {left, right}, "join");
   ASSERT_THAT(g.status(), IsOk());
-  auto session = session_of(g, 2);
+  auto session = session_of(g, 2, SessionOptions{}.inline_below_cycles);
   ASSERT_NE(session, nullptr);
   Result<Callable> callable = session->make_callable({}, {}, {join});
   ASSERT_THAT(callable.status(), IsOk());
@@ -188,7 +200,7 @@ TEST(CostModelTest, LongChainsAroundAnExpensiveNodeRunEveryNodeOnce) {
     prev = node;
   }
   ASSERT_THAT(g.status(), IsOk());
-  auto session = session_of(g, 2);
+  auto session = session_of(g, 2, SessionOptions{}.inline_below_cycles);
   ASSERT_NE(session, nullptr);
   Result<Callable> callable = session->make_callable({}, {}, {prev});
   ASSERT_THAT(callable.status(), IsOk());
@@ -203,8 +215,9 @@ TEST(CostModelTest, InliningOffGivesEveryNodeATask) {
   probe.add(g);
   ASSERT_THAT(g.status(), IsOk());
   SessionOptions options;
-  options.inter_op_threads = 2;
+  options.inter_op_threads = probe_threads();
   options.inline_cheap_nodes = false;
+  options.inline_below_cycles = kProbeCycles;
   Result<std::unique_ptr<Session>> session = Session::create(g, options);
   ASSERT_THAT(session.status(), IsOk());
   Result<Callable> callable = (*session)->make_callable({}, {}, {probe.node});
@@ -212,6 +225,20 @@ TEST(CostModelTest, InliningOffGivesEveryNodeATask) {
   for (int i = 0; i < 30; ++i) {
     ASSERT_THAT(callable->run({}, {}), IsOk());
     EXPECT_TRUE(probe.in_arena.load()) << "step " << i;
+  }
+}
+
+TEST(CostModelTest, ANonPositiveThresholdIsRefused) {
+  Graph g;
+  ops::NoOp(g, "n");
+  for (const int64_t bad : {int64_t{0}, int64_t{-5}}) {
+    SessionOptions options;
+    options.inline_below_cycles = bad;
+    Result<std::unique_ptr<Session>> s = Session::create(g, options);
+    ASSERT_FALSE(s.is_ok());
+    EXPECT_EQ(s.status().code(), StatusCode::kInvalidArgument);
+    EXPECT_NE(s.status().message().find("inline_below_cycles"), std::string::npos)
+        << s.status().to_string();
   }
 }
 

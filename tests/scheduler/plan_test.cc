@@ -478,10 +478,10 @@ TEST_F(PlanTest, ANodeChangesClassOnlyOnConfirmedSamplesPastTheGap) {
   EXPECT_FALSE(costs.dirty());
   // Between the two thresholds a cheap node stays cheap.
   for (int k = 0; k < 10; ++k)
-    costs.record(middle, (sched::kCheapCycles + sched::kExpensiveCycles) / 2);
+    costs.record(middle, (costs.cheap_cycles() + costs.expensive_cycles()) / 2);
   EXPECT_FALSE(costs.dirty());
   for (int k = 0; k < sched::CostModel::kConfirm; ++k)
-    costs.record(middle, 3 * sched::kExpensiveCycles);
+    costs.record(middle, 3 * costs.expensive_cycles());
   ASSERT_TRUE(costs.dirty());
   costs.update(*p);
   EXPECT_FALSE(costs.is_cheap(middle));
@@ -494,10 +494,10 @@ TEST_F(PlanTest, ANodeChangesClassOnlyOnConfirmedSamplesPastTheGap) {
   EXPECT_EQ(policy.lightweight[2], 1);
   // ... and an expensive one stays expensive between them.
   for (int k = 0; k < 10; ++k)
-    costs.record(middle, (sched::kCheapCycles + sched::kExpensiveCycles) / 2);
+    costs.record(middle, (costs.cheap_cycles() + costs.expensive_cycles()) / 2);
   EXPECT_FALSE(costs.dirty());
   for (int k = 0; k < sched::CostModel::kConfirm; ++k)
-    costs.record(middle, sched::kCheapCycles / 2);
+    costs.record(middle, costs.cheap_cycles() / 2);
   ASSERT_TRUE(costs.dirty());
   costs.update(*p);
   EXPECT_TRUE(costs.is_cheap(middle));

@@ -148,6 +148,11 @@ struct SessionOptions {
   /// and CallAttrs::cheap are the estimate before the first measurement).
   /// false: every node gets a task of its own.
   bool inline_cheap_nodes = true;
+  /// What cheap means for inline_cheap_nodes: a node whose kernel takes more
+  /// than this many CPU cycles (the TSC on x86) in 3 measured steps in a row
+  /// becomes expensive, one below half of it in 3 in a row cheap again.
+  /// Must be > 0.
+  int64_t inline_below_cycles = 8000;
 };
 
 /// Options of one call (run, Callable::run, partial_run_setup, partial_run
