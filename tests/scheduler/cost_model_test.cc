@@ -11,6 +11,7 @@
 #include <atomic>
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -43,11 +44,10 @@ constexpr int64_t kExpensiveUs = 5000;
 // step's nodes itself.
 bool in_some_arena() { return tbb::task::current_context() != nullptr; }
 
-std::unique_ptr<Session> session_of(const Graph& g, int threads,
-                                    int64_t inline_below_cycles = kProbeCycles) {
+// A session of `threads` with the default threshold.
+std::unique_ptr<Session> session_of(const Graph& g, int threads) {
   SessionOptions options;
   options.inter_op_threads = threads;
-  options.inline_below_cycles = inline_below_cycles;
   Result<std::unique_ptr<Session>> s = Session::create(g, options);
   EXPECT_THAT(s.status(), IsOk());
   return s.is_ok() ? std::move(*s) : nullptr;
@@ -72,57 +72,59 @@ struct Probe {
   }
 };
 
-TEST(CostModelTest, ACheapCallEndsUpOnTheCallingThread) {
-  Graph g;
-  Probe probe;
-  probe.add(g);
-  ASSERT_THAT(g.status(), IsOk());
-  auto session = session_of(g, probe_threads());
-  ASSERT_NE(session, nullptr);
-  Result<Callable> callable = session->make_callable({}, {}, {probe.node});
-  ASSERT_THAT(callable.status(), IsOk());
-  // Not declared cheap: the first step gives it a task in the pool.
-  ASSERT_THAT(callable->run({}, {}), IsOk());
-  EXPECT_TRUE(probe.in_arena.load());
-  // Measured cheap over the first steps: from then on the caller runs it.
-  for (int i = 0; i < 8; ++i) ASSERT_THAT(callable->run({}, {}), IsOk());
-  for (int i = 0; i < 20; ++i) {
-    ASSERT_THAT(callable->run({}, {}), IsOk());
-    EXPECT_FALSE(probe.in_arena.load()) << "step " << i;
+// A session running the probe as its only target, prepared.
+class ProbeTest : public ::testing::Test {
+ protected:
+  void prepare(bool inline_nodes = true) {
+    probe_.add(g_);
+    ASSERT_THAT(g_.status(), IsOk());
+    SessionOptions options;
+    options.inter_op_threads = probe_threads();
+    options.inline_cheap_nodes = inline_nodes;
+    options.inline_below_cycles = kProbeCycles;
+    Result<std::unique_ptr<Session>> s = Session::create(g_, options);
+    ASSERT_THAT(s.status(), IsOk());
+    session_ = std::move(*s);
+    Result<Callable> c = session_->make_callable({}, {}, {probe_.node});
+    ASSERT_THAT(c.status(), IsOk());
+    callable_.emplace(std::move(*c));
   }
+  // One step; whether the probe ran in a task.
+  bool step() {
+    EXPECT_THAT(callable_->run({}, {}), IsOk());
+    return probe_.in_arena.load();
+  }
+
+  Graph g_;
+  Probe probe_;
+  std::unique_ptr<Session> session_;
+  std::optional<Callable> callable_;
+};
+
+TEST_F(ProbeTest, ACheapCallEndsUpOnTheCallingThread) {
+  ASSERT_NO_FATAL_FAILURE(prepare());
+  // Not declared cheap: the first step gives it a task in the pool.
+  EXPECT_TRUE(step());
+  // Measured cheap over the first steps: from then on the caller runs it.
+  for (int i = 0; i < 8; ++i) step();
+  for (int i = 0; i < 20; ++i) EXPECT_FALSE(step()) << "step " << i;
 }
 
-TEST(CostModelTest, ACallThatTurnsExpensiveGetsATaskAgain) {
-  Graph g;
-  Probe probe;
-  probe.add(g);
-  ASSERT_THAT(g.status(), IsOk());
-  auto session = session_of(g, probe_threads());
-  ASSERT_NE(session, nullptr);
-  Result<Callable> callable = session->make_callable({}, {}, {probe.node});
-  ASSERT_THAT(callable.status(), IsOk());
-  for (int i = 0; i < 10; ++i) ASSERT_THAT(callable->run({}, {}), IsOk());
-  ASSERT_FALSE(probe.in_arena.load());
+TEST_F(ProbeTest, ACallThatTurnsExpensiveGetsATaskAgain) {
+  ASSERT_NO_FATAL_FAILURE(prepare());
+  for (int i = 0; i < 10; ++i) step();
+  ASSERT_FALSE(probe_.in_arena.load());
   // Far above the inline threshold: sampled steps notice.
-  probe.work_us.store(kExpensiveUs);
-  int steps = 0;
-  while (!probe.in_arena.load() && steps < 200) {
-    ASSERT_THAT(callable->run({}, {}), IsOk());
-    ++steps;
-  }
-  EXPECT_TRUE(probe.in_arena.load()) << "still inline after " << steps << " steps";
-  for (int i = 0; i < 5; ++i) {
-    ASSERT_THAT(callable->run({}, {}), IsOk());
-    EXPECT_TRUE(probe.in_arena.load());
-  }
+  probe_.work_us.store(kExpensiveUs);
+  int steps = 1;
+  while (!step() && steps < 200) ++steps;
+  EXPECT_TRUE(probe_.in_arena.load()) << "still inline after " << steps << " steps";
+  for (int i = 0; i < 5; ++i) EXPECT_TRUE(step());
   // And back when it is cheap again.
-  probe.work_us.store(0);
-  steps = 0;
-  while (probe.in_arena.load() && steps < 200) {
-    ASSERT_THAT(callable->run({}, {}), IsOk());
-    ++steps;
-  }
-  EXPECT_FALSE(probe.in_arena.load()) << "still a task after " << steps << " steps";
+  probe_.work_us.store(0);
+  steps = 1;
+  while (step() && steps < 200) ++steps;
+  EXPECT_FALSE(probe_.in_arena.load()) << "still a task after " << steps << " steps";
 }
 
 // Two expensive Calls that each wait for the other to start (up to
@@ -152,7 +154,7 @@ TEST_P(FanOutTest, ExpensiveCallsOfAFanOutRunInParallel) {
   const Node* right = g.node(g.num_nodes() - 1);
   const Node* join = ops::Group(g, {left, right}, "join");
   ASSERT_THAT(g.status(), IsOk());
-  auto session = session_of(g, 2, SessionOptions{}.inline_below_cycles);
+  auto session = session_of(g, 2);
   ASSERT_NE(session, nullptr);
   Result<Callable> callable = session->make_callable({}, {}, {join});
   ASSERT_THAT(callable.status(), IsOk());
@@ -200,7 +202,7 @@ TEST(CostModelTest, LongChainsAroundAnExpensiveNodeRunEveryNodeOnce) {
     prev = node;
   }
   ASSERT_THAT(g.status(), IsOk());
-  auto session = session_of(g, 2, SessionOptions{}.inline_below_cycles);
+  auto session = session_of(g, 2);
   ASSERT_NE(session, nullptr);
   Result<Callable> callable = session->make_callable({}, {}, {prev});
   ASSERT_THAT(callable.status(), IsOk());
@@ -209,23 +211,9 @@ TEST(CostModelTest, LongChainsAroundAnExpensiveNodeRunEveryNodeOnce) {
   EXPECT_EQ(runs.load(), int64_t{kSteps} * kNodes);
 }
 
-TEST(CostModelTest, InliningOffGivesEveryNodeATask) {
-  Graph g;
-  Probe probe;
-  probe.add(g);
-  ASSERT_THAT(g.status(), IsOk());
-  SessionOptions options;
-  options.inter_op_threads = probe_threads();
-  options.inline_cheap_nodes = false;
-  options.inline_below_cycles = kProbeCycles;
-  Result<std::unique_ptr<Session>> session = Session::create(g, options);
-  ASSERT_THAT(session.status(), IsOk());
-  Result<Callable> callable = (*session)->make_callable({}, {}, {probe.node});
-  ASSERT_THAT(callable.status(), IsOk());
-  for (int i = 0; i < 30; ++i) {
-    ASSERT_THAT(callable->run({}, {}), IsOk());
-    EXPECT_TRUE(probe.in_arena.load()) << "step " << i;
-  }
+TEST_F(ProbeTest, InliningOffGivesEveryNodeATask) {
+  ASSERT_NO_FATAL_FAILURE(prepare(/*inline_nodes=*/false));
+  for (int i = 0; i < 30; ++i) EXPECT_TRUE(step()) << "step " << i;
 }
 
 TEST(CostModelTest, ANonPositiveThresholdIsRefused) {
