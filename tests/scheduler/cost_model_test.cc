@@ -94,6 +94,15 @@ class ProbeTest : public ::testing::Test {
     EXPECT_THAT(callable_->run({}, {}), IsOk());
     return probe_.in_arena.load();
   }
+  // Steps until the probe runs in a task (`in_task`) or inline; false if it
+  // does not within kMaxSteps (sampled steps come 1 in 16).
+  static constexpr int kMaxSteps = 400;
+  bool steps_until(bool in_task) {
+    for (int i = 0; i < kMaxSteps; ++i) {
+      if (step() == in_task) return true;
+    }
+    return false;
+  }
 
   Graph g_;
   Probe probe_;
@@ -105,26 +114,23 @@ TEST_F(ProbeTest, ACheapCallEndsUpOnTheCallingThread) {
   ASSERT_NO_FATAL_FAILURE(prepare());
   // Not declared cheap: the first step gives it a task in the pool.
   EXPECT_TRUE(step());
-  // Measured cheap over the first steps: from then on the caller runs it.
-  for (int i = 0; i < 8; ++i) step();
+  // Measured cheap over the first steps (3 in a row; a slow first sample,
+  // as a sanitizer's first touches make, waits for the next sampled steps):
+  // from then on the caller runs it.
+  EXPECT_TRUE(steps_until(false)) << "still a task after " << kMaxSteps << " steps";
   for (int i = 0; i < 20; ++i) EXPECT_FALSE(step()) << "step " << i;
 }
 
 TEST_F(ProbeTest, ACallThatTurnsExpensiveGetsATaskAgain) {
   ASSERT_NO_FATAL_FAILURE(prepare());
-  for (int i = 0; i < 10; ++i) step();
-  ASSERT_FALSE(probe_.in_arena.load());
+  ASSERT_TRUE(steps_until(false)) << "never inline";
   // Far above the inline threshold: sampled steps notice.
   probe_.work_us.store(kExpensiveUs);
-  int steps = 1;
-  while (!step() && steps < 200) ++steps;
-  EXPECT_TRUE(probe_.in_arena.load()) << "still inline after " << steps << " steps";
+  EXPECT_TRUE(steps_until(true)) << "still inline after " << kMaxSteps << " steps";
   for (int i = 0; i < 5; ++i) EXPECT_TRUE(step());
   // And back when it is cheap again.
   probe_.work_us.store(0);
-  steps = 1;
-  while (step() && steps < 200) ++steps;
-  EXPECT_FALSE(probe_.in_arena.load()) << "still a task after " << steps << " steps";
+  EXPECT_TRUE(steps_until(false)) << "still a task after " << kMaxSteps << " steps";
 }
 
 // Two expensive Calls that each wait for the other to start (up to
