@@ -8,8 +8,9 @@
 // kLearnSteps steps of every instance and on every kSampleEvery-th step
 // after them. When kConfirm samples in a row of a node fall on the other
 // side of its class boundary (with hysteresis), the step's end derives a new
-// policy and bumps the epoch: instances built under an older epoch are dropped as they come
-// back, and new ones are built under the current policy.
+// policy and bumps the epoch: instances built under an older epoch are
+// dropped as they come back, and new ones are built under the current
+// policy.
 //
 // Before any measurement a node is cheap when its kernel says so
 // (OpKernel::is_cheap: the built-in ops' estimate from their shapes, or
@@ -101,7 +102,8 @@ class CostModel {
   }
   // Some node crossed its class boundary since the last update().
   bool dirty() const { return dirty_.load(std::memory_order_relaxed); }
-  // Re-derives the policy from the averages (a new epoch if it changed).
+  // Moves the nodes with a confirmed streak to their other class and
+  // derives the policy again (a new epoch if it changed).
   void update(const Plan& plan);
 
   // Samples in a row past the boundary that move a node to the other class.
