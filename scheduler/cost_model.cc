@@ -57,7 +57,9 @@ CostModel::CostModel(const Plan& plan, bool inline_nodes, uint64_t expensive_cyc
   std::vector<uint8_t> cheap(plan.nodes.size());
   for (std::size_t i = 0; i < plan.nodes.size(); ++i) {
     const NodeItem& item = plan.nodes[i];
-    cheap[i] = inline_nodes && (item.skip_kernel || item.kernel->is_cheap()) ? 1 : 0;
+    // An asynchronous kernel is never cheap: it needs the flow graph to
+    // finish later (and its measured time would be its start only).
+    cheap[i] = inline_nodes && !item.async && (item.skip_kernel || item.kernel->is_cheap()) ? 1 : 0;
     streak_[i].store(0, std::memory_order_relaxed);
     cheap_[i].store(cheap[i], std::memory_order_relaxed);
   }
@@ -83,6 +85,7 @@ void CostModel::update(const Plan& plan) {
       streak_[i].store(0, std::memory_order_relaxed);
     }
     if (plan.nodes[i].skip_kernel) now = true;
+    if (plan.nodes[i].async) now = false;
     cheap[i] = now ? 1 : 0;
     cheap_[i].store(cheap[i], std::memory_order_relaxed);
   }

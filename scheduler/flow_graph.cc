@@ -54,6 +54,17 @@ FlowInstance::FlowInstance(const Plan& plan, const KernelRuntime& runtime, const
   for (std::size_t i = 0; i < n; ++i) {
     const NodeItem& item = plan.nodes[i];
     const auto index = static_cast<int32_t>(i);
+    if (item.async) {
+      const bool leaf = !plan.partial && item.succ_begin == item.succ_end;
+      if (leaf) ++num_leaves_;
+      if (finishers_.empty()) finishers_.assign(n, nullptr);
+      Node& start = nodes_.emplace_back(graph_, AsyncStartBody{this, index});
+      Node& finisher = nodes_.emplace_back(graph_, AsyncFinishBody{this, index, leaf});
+      finishers_[i] = &finisher;
+      senders_.push_back(&finisher);  // successors and sinks follow the end
+      receivers_.push_back(&start);
+      continue;
+    }
     if (!plan.partial && item.succ_begin == item.succ_end) {
       ++num_leaves_;
       add_node(LeafBody{this, index}, policy.lightweight[i] != 0);
@@ -132,6 +143,13 @@ FlowInstance::FlowInstance(const Plan& plan, const KernelRuntime& runtime, const
 FlowInstance::~FlowInstance() {
   graph_.wait_for_all();
   g_live_instances.fetch_sub(1, std::memory_order_relaxed);
+}
+
+void FlowInstance::async_done(void* instance, int32_t index) {
+  auto* self = static_cast<FlowInstance*>(instance);
+  tbb::flow::graph& graph = self->graph_;
+  self->finishers_[static_cast<std::size_t>(index)]->try_put(continue_msg());
+  graph.release_wait();
 }
 
 void FlowInstance::run() {

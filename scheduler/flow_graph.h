@@ -101,6 +101,36 @@ class FlowInstance {
       completion_(completion_arg_);
     }
   }
+  // An asynchronous node (NodeItem::async) is two flow-graph nodes: the
+  // start counts its predecessors and starts the kernel under a reserved
+  // wait (the worker moves on); the finisher, put by async_done from the
+  // thread the kernel finished on, ends the node on a thread of the arena
+  // and releases its successors (docs/distributed.md).
+  struct AsyncStartBody {
+    FlowInstance* instance;
+    int32_t index;
+    Msg operator()(const Msg&) const {
+      instance->graph_.reserve_wait();
+      if (!instance->state_.execute_async(index, &FlowInstance::async_done, instance)) {
+        async_done(instance, index);  // skipped: end it now
+      }
+      return Msg();
+    }
+  };
+  struct AsyncFinishBody {
+    FlowInstance* instance;
+    int32_t index;
+    bool leaf;
+    Msg operator()(const Msg&) const {
+      instance->state_.finish_async(index);
+      if (leaf) instance->leaf_done();
+      return Msg();
+    }
+  };
+  // Any thread: submits the finisher's task into the graph's arena, then
+  // drops the start's reserved wait (the task holds the graph's wait until
+  // it ends). Touches nothing of the instance afterwards.
+  static void async_done(void* instance, int32_t index);
   // Inline partial runs: runs ready_ (and what they make ready) to the end.
   void run_ready();
 
@@ -122,7 +152,9 @@ class FlowInstance {
   // Isolated: cancelling another graph never reaches this one.
   tbb::task_group_context context_{tbb::task_group_context::isolated};
   tbb::flow::graph graph_{context_};
-  std::deque<Node> nodes_;             // default-policy plan nodes
+  std::deque<Node> nodes_;  // default-policy plan nodes
+  // Per plan node, its finisher when asynchronous (else null).
+  std::vector<Node*> finishers_;
   std::deque<LightNode> light_nodes_;  // lightweight plan nodes
   // Per plan node, whichever of the two it is.
   std::vector<tbb::flow::sender<Msg>*> senders_;

@@ -301,6 +301,7 @@ Result<std::shared_ptr<const Plan>> build_plan(const Graph& graph, const Signatu
     }
     // NoOp does nothing: its body skips the kernel call.
     item.skip_kernel = n->op() == "NoOp";
+    item.async = !item.skip_kernel && item.kernel->as_async() != nullptr;
   }
   const int32_t feed_base = slot;
   for (std::size_t f = 0; f < sig.feeds.size(); ++f) {

@@ -31,6 +31,7 @@ struct NodeItem {
   int32_t succ_end = 0;
   int32_t num_preds = 0;     // distinct in-plan predecessors
   bool skip_kernel = false;  // NoOp: nothing to compute
+  bool async = false;        // an AsyncOpKernel: finishes later (FlowInstance)
 };
 
 // Consecutive lightweight nodes along any path, at most: each runs nested in

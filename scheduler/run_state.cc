@@ -2,6 +2,7 @@
 
 #include <oneapi/tbb/task_arena.h>
 
+#include <algorithm>
 #include <new>
 #include <utility>
 
@@ -13,7 +14,12 @@ RunState::RunState(const Plan& plan, const KernelRuntime& runtime)
     : plan_(plan),
       runtime_(runtime),
       slots_(static_cast<std::size_t>(plan.num_slots)),
-      readers_(new std::atomic<int32_t>[static_cast<std::size_t>(plan.num_slots)]) {}
+      readers_(new std::atomic<int32_t>[static_cast<std::size_t>(plan.num_slots)]) {
+  if (std::any_of(plan.nodes.begin(), plan.nodes.end(),
+                  [](const NodeItem& item) { return item.async; })) {
+    async_ = std::make_unique<AsyncSlot[]>(plan.nodes.size());
+  }
+}
 
 void RunState::begin(const StepControl& control, std::span<const Tensor> feeds) {
   control_ = control;
@@ -102,12 +108,16 @@ void RunState::fail_node(const NodeItem& item, const Status& s) {
                          inputs.empty() ? std::string() : fmt::format(" (inputs: {})", inputs))));
 }
 
-inline Status RunState::call_kernel(const NodeItem& item) noexcept {
-  OpKernelContext ctx(
+inline OpKernelContext RunState::make_context(const NodeItem& item) {
+  return OpKernelContext(
       *item.node, item.num_outputs, slots_.data(),
       std::span<const int32_t>(plan_.input_slots.data() + item.input_begin,
                                static_cast<std::size_t>(item.input_end - item.input_begin)),
       slots_.data() + item.output_base, runtime_, &cancellation_, control_.step_id);
+}
+
+inline Status RunState::call_kernel(const NodeItem& item) noexcept {
+  OpKernelContext ctx = make_context(item);
   try {
     Status s = item.kernel->compute(ctx);
     if (!s.is_ok()) return s;
@@ -141,34 +151,17 @@ void RunState::record_stats(const NodeItem& item, NodeExecStats& stat, int64_t s
   }
 }
 
-void RunState::execute(int32_t i) noexcept {
-  const NodeItem& item = plan_.nodes[static_cast<std::size_t>(i)];
-  const uint8_t checks = checks_.load(std::memory_order_acquire);  // pairs with set_trace
-  // A cancelled step skips its remaining nodes (their successors still
-  // fire, and skip in turn). relaxed: advisory.
-  if (cancellation_.cancelled.load(std::memory_order_relaxed)) return;
-  if (may_be_interrupted(checks) && interrupted(item, checks, "before")) return;
-  int64_t start_ns = 0;
-  if ((checks & kCheckTrace) != 0) {
-    start_ns = std::chrono::duration_cast<std::chrono::nanoseconds>(
-                   std::chrono::steady_clock::now() - control_.epoch)
-                   .count();
-  }
+int64_t RunState::trace_now() const {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() -
+                                                              control_.epoch)
+      .count();
+}
+
+// After the kernel (or none, for a NoOp): the statistics, then the inputs
+// released.
+inline void RunState::end_node(int32_t i, const NodeItem& item, uint8_t checks, int64_t start_ns,
+                               const Status& s) noexcept {
   if (!item.skip_kernel) {
-    // A kernel calling a session of the same pool is already inside it.
-    Status s;
-    {
-      const ThreadPool::Impl::Inside inside(control_.pool);
-      const ThreadPool::Impl::InArena in_arena(control_.in_pool_arena ? control_.pool
-                                                                      : ThreadPool::Impl::in_arena);
-      if (measure_) {
-        const uint64_t start = cycle_count();
-        s = call_kernel(item);
-        plan_.costs->record(i, cycle_count() - start);
-      } else {
-        s = call_kernel(item);
-      }
-    }
     // A kernel that stopped because the session closed or the deadline
     // passed fails the step with that reason, whatever it returned.
     if (may_be_interrupted(checks) && interrupted(item, checks, "while")) return;
@@ -183,6 +176,88 @@ void RunState::execute(int32_t i) noexcept {
     stat_state_[static_cast<std::size_t>(i)].store(1, std::memory_order_release);
   }
   if (item.input_end > item.input_begin) release_inputs(item);
+}
+
+void RunState::execute(int32_t i) noexcept {
+  const NodeItem& item = plan_.nodes[static_cast<std::size_t>(i)];
+  const uint8_t checks = checks_.load(std::memory_order_acquire);  // pairs with set_trace
+  // A cancelled step skips its remaining nodes (their successors still
+  // fire, and skip in turn). relaxed: advisory.
+  if (cancellation_.cancelled.load(std::memory_order_relaxed)) return;
+  if (may_be_interrupted(checks) && interrupted(item, checks, "before")) return;
+  const int64_t start_ns = (checks & kCheckTrace) != 0 ? trace_now() : 0;
+  Status s;
+  if (!item.skip_kernel) {
+    // A kernel calling a session of the same pool is already inside it.
+    const ThreadPool::Impl::Inside inside(control_.pool);
+    const ThreadPool::Impl::InArena in_arena(control_.in_pool_arena ? control_.pool
+                                                                    : ThreadPool::Impl::in_arena);
+    if (measure_) {
+      const uint64_t start = cycle_count();
+      s = call_kernel(item);
+      plan_.costs->record(i, cycle_count() - start);
+    } else {
+      s = call_kernel(item);
+    }
+  }
+  end_node(i, item, checks, start_ns, s);
+}
+
+bool RunState::execute_async(int32_t i, AsyncNotify notify, void* arg) noexcept {
+  const NodeItem& item = plan_.nodes[static_cast<std::size_t>(i)];
+  AsyncSlot& a = async_[static_cast<std::size_t>(i)];
+  a.started = false;
+  const uint8_t checks = checks_.load(std::memory_order_acquire);  // pairs with set_trace
+  if (cancellation_.cancelled.load(std::memory_order_relaxed)) return false;  // as execute()
+  if (may_be_interrupted(checks) && interrupted(item, checks, "before")) return false;
+  a.checks = checks;
+  a.start_ns = (checks & kCheckTrace) != 0 ? trace_now() : 0;
+  a.started = true;
+  a.status = Status::ok();
+  a.done.store(false, std::memory_order_relaxed);  // published by compute_async's call
+  a.ctx.emplace(make_context(item));
+  // The first call wins; the status reaches finish_async through notify's
+  // task submission.
+  AsyncOpKernel::Done done = [this, i, notify, arg](Status s) {
+    AsyncSlot& slot = async_[static_cast<std::size_t>(i)];
+    if (slot.done.exchange(true, std::memory_order_acq_rel)) return;
+    slot.status = std::move(s);
+    notify(arg, i);
+  };
+  // Once done has run, the slot and the context belong to finish_async:
+  // nothing here touches them after compute_async.
+  const ThreadPool::Impl::Inside inside(control_.pool);
+  const ThreadPool::Impl::InArena in_arena(control_.in_pool_arena ? control_.pool
+                                                                  : ThreadPool::Impl::in_arena);
+  AsyncOpKernel* kernel = item.kernel->as_async();
+  try {
+    kernel->compute_async(*a.ctx, done);
+  } catch (const std::bad_alloc&) {
+    done(resource_exhausted("out of memory"));
+  } catch (const std::exception& e) {
+    done(internal_error("kernel threw: {}", e.what()));
+  } catch (...) {
+    done(internal_error("kernel threw a non-standard exception"));
+  }
+  return true;
+}
+
+void RunState::finish_async(int32_t i) noexcept {
+  AsyncSlot& a = async_[static_cast<std::size_t>(i)];
+  if (!a.started) return;  // skipped: execute_async recorded why
+  a.started = false;
+  a.ctx.reset();
+  const NodeItem& item = plan_.nodes[static_cast<std::size_t>(i)];
+  Status s = std::move(a.status);
+  if (s.is_ok()) {
+    for (int32_t o = 0; o < item.num_outputs; ++o) {
+      if (!slots_[static_cast<std::size_t>(item.output_base + o)].is_initialized()) {
+        s = internal_error("the kernel did not produce output {}", o);
+        break;
+      }
+    }
+  }
+  end_node(i, item, a.checks, a.start_ns, s);
 }
 
 void RunState::take_fetches(std::span<Tensor> out) {

@@ -73,6 +73,15 @@ class RunState {
   void begin(const StepControl& control, std::span<const Tensor> feeds);
   // Runs plan node `i` (the flow-graph node body). Never throws.
   void execute(int32_t i) noexcept;
+  // Asynchronous nodes (NodeItem::async), in two parts. execute_async
+  // starts node `i`'s kernel and returns at once: true when it started,
+  // and then `notify(arg, i)` runs once, on whatever thread the kernel
+  // finished on; false when the node is skipped (a stopped step), and
+  // notify is not called. Either way finish_async(i) then ends the node, on
+  // a thread of the step (FlowInstance's finisher). Never throw.
+  using AsyncNotify = void (*)(void* arg, int32_t i);
+  bool execute_async(int32_t i, AsyncNotify notify, void* arg) noexcept;
+  void finish_async(int32_t i) noexcept;
   // Keeps the first error and cancels the rest of the step.
   void record_error(Status s);
   Status status();
@@ -118,6 +127,12 @@ class RunState {
             control_.session_closed->load(std::memory_order_relaxed));  // relaxed: advisory
   }
   Status call_kernel(const NodeItem& item) noexcept;
+  OpKernelContext make_context(const NodeItem& item);
+  // The end of a node whose kernel ran: the interrupt check, its error, its
+  // statistics, its inputs released.
+  void end_node(int32_t i, const NodeItem& item, uint8_t checks, int64_t start_ns,
+                const Status& s) noexcept;
+  int64_t trace_now() const;
   // Cold paths, out of line.
   [[gnu::noinline, gnu::cold]] void fail_node(const NodeItem& item, const Status& s);
   [[gnu::noinline]] void record_stats(const NodeItem& item, NodeExecStats& stat, int64_t start_ns);
@@ -149,6 +164,20 @@ class RunState {
   std::mutex mu_;
   Status status_;
   std::vector<NodeExecStats> stats_;  // sized to the plan when tracing
+  // Per node of a plan with asynchronous nodes (null otherwise): the
+  // context and outcome of a started kernel, from execute_async to
+  // finish_async. `done` is set by the kernel's first done call; its
+  // status then reaches finish_async through the finisher's task
+  // submission (the happens-before).
+  struct AsyncSlot {
+    std::optional<OpKernelContext> ctx;
+    Status status;
+    int64_t start_ns = 0;
+    uint8_t checks = 0;
+    bool started = false;
+    std::atomic<bool> done{false};
+  };
+  std::unique_ptr<AsyncSlot[]> async_;
 };
 
 }  // namespace graphrun::sched

@@ -1,7 +1,10 @@
 #include <graphrun/op_kernel.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <limits>
+#include <memory>
+#include <mutex>
 
 namespace graphrun {
 
@@ -175,6 +178,34 @@ void OpKernelContext::parallel_for(int64_t n, int64_t grain,
 }
 
 // ---- OpRegistry ----
+
+Status AsyncOpKernel::compute(OpKernelContext& ctx) {
+  struct Wait {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false;
+    Status status;
+  };
+  // Shared: a kernel may call done after compute_async threw, or twice.
+  auto wait = std::make_shared<Wait>();
+  auto finish = [wait](Status s) {
+    const std::lock_guard lock(wait->mu);
+    if (wait->done) return;
+    wait->status = std::move(s);
+    wait->done = true;
+    wait->cv.notify_all();
+  };
+  try {
+    compute_async(ctx, finish);
+  } catch (const std::exception& e) {
+    finish(internal_error("kernel threw: {}", e.what()));
+  } catch (...) {
+    finish(internal_error("kernel threw a non-standard exception"));
+  }
+  std::unique_lock lock(wait->mu);
+  wait->cv.wait(lock, [&] { return wait->done; });
+  return wait->status;
+}
 
 bool small_static_shapes(const Node& node, int64_t max_elements) {
   for (const Output& in : node.inputs()) {

@@ -475,6 +475,8 @@ class OpKernelContext {
   int64_t step_id_;
 };
 
+class AsyncOpKernel;
+
 /// A kernel: the code of one op on CPU. One kernel object is made per
 /// (session, node) and shared by every step of the session, so compute() may
 /// run concurrently with itself: keep kernels stateless or lock their state.
@@ -507,6 +509,34 @@ class OpKernel {
     (void)chain;
     return nullptr;
   }
+  /// This kernel as an AsyncOpKernel, or null (every synchronous kernel).
+  virtual AsyncOpKernel* as_async() { return nullptr; }
+};
+
+/// A kernel that finishes later, on any thread, without holding one of the
+/// session's threads while it waits (a receive from another process, a
+/// collective, an I/O completion): TensorFlow's AsyncOpKernel.
+/// compute_async() starts the work and returns; the kernel then calls
+/// `done(status)` exactly once, from any thread, after setting its outputs.
+/// `ctx`, its inputs and its outputs stay valid until `done` is called; a
+/// second call is ignored. The kernel must call `done` also when the step
+/// stops: poll ctx.is_cancelled() while waiting and then finish with any
+/// error (the run reports Cancelled or DeadlineExceeded). The scheduler runs
+/// the node's successors on the session's threads, never on the thread that
+/// called `done`, and never runs an asynchronous node inline.
+///
+/// Thread safety: as OpKernel; `done` may be called from any thread.
+class AsyncOpKernel : public OpKernel {
+ public:
+  /// Ends the node: its status (OK or the error that fails the step).
+  using Done = std::function<void(Status)>;
+  /// Starts the node's work; see the class comment. An exception thrown
+  /// before `done` was called fails the node with Internal.
+  virtual void compute_async(OpKernelContext& ctx, Done done) = 0;
+  /// The synchronous form, for callers outside a session: starts
+  /// compute_async() and blocks the calling thread until `done`.
+  Status compute(OpKernelContext& ctx) final;
+  AsyncOpKernel* as_async() final { return this; }
 };
 
 /// Elements up to which elementwise work on one node counts as cheap.

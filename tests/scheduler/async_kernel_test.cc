@@ -1,0 +1,404 @@
+// Asynchronous kernels (AsyncOpKernel): a kernel that finishes later, from a
+// thread of its own, holds none of the session's threads while it waits.
+// Its results reach consumers and fetches in every kind of step, its
+// successors run on the session's threads, errors and stops end the step,
+// and kernels that wait for each other finish where blocking ones would
+// deadlock.
+#include <graphrun/graphrun.h>
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <mutex>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+#include "tests/testing/op_harness.h"
+
+namespace graphrun {
+namespace {
+
+using testing::IsOk;
+using testing::StatusIs;
+using namespace std::chrono_literals;
+
+// Runs each job on a thread of its own (the "other process" or device an
+// asynchronous kernel waits for); joins them all when destroyed.
+class Threads {
+ public:
+  ~Threads() { join(); }
+  void post(std::function<void()> job) {
+    const std::lock_guard lock(mu_);
+    threads_.emplace_back([this, job = std::move(job)] {
+      {
+        const std::lock_guard seen(mu_);
+        ids_.insert(std::this_thread::get_id());
+      }
+      job();
+    });
+  }
+  void join() {
+    std::vector<std::thread> threads;
+    {
+      const std::lock_guard lock(mu_);
+      threads.swap(threads_);
+    }
+    for (std::thread& t : threads) t.join();
+  }
+  bool ran_on_one(std::thread::id id) {
+    const std::lock_guard lock(mu_);
+    return ids_.count(id) != 0;
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::thread> threads_;
+  std::set<std::thread::id> ids_;
+};
+
+// y = x + 1, written by `job`'s thread after `delay`; `result` says how it
+// ends (OK by default).
+class LaterKernel final : public AsyncOpKernel {
+ public:
+  LaterKernel(Threads& threads, std::chrono::milliseconds delay,
+              std::function<Status(OpKernelContext&)> result)
+      : threads_(threads), delay_(delay), result_(std::move(result)) {}
+  void compute_async(OpKernelContext& ctx, Done done) override {
+    threads_.post([this, &ctx, done = std::move(done)] {
+      std::this_thread::sleep_for(delay_);
+      done(result_ ? result_(ctx) : add_one(ctx));
+    });
+  }
+  static Status add_one(OpKernelContext& ctx) {
+    GRAPHRUN_ASSIGN_OR_RETURN(Tensor * y, ctx.allocate_output(0, ctx.input(0).shape()));
+    y->flat<float>()[0] = ctx.input(0).flat<float>()[0] + 1.0f;
+    return Status::ok();
+  }
+
+ private:
+  Threads& threads_;
+  std::chrono::milliseconds delay_;
+  std::function<Status(OpKernelContext&)> result_;
+};
+
+// Finishes only once `n` executions (of any of its nodes) have started:
+// the n-th start finishes them all, each with y = x + 1. As blocking
+// kernels on fewer than n threads they would wait for ever.
+class Gathering {
+ public:
+  explicit Gathering(int n) : n_(n) {}
+  void arrive(OpKernelContext& ctx, AsyncOpKernel::Done done, Threads& threads) {
+    std::vector<std::pair<OpKernelContext*, AsyncOpKernel::Done>> group;
+    {
+      const std::lock_guard lock(mu_);
+      waiting_.emplace_back(&ctx, std::move(done));
+      if (static_cast<int>(waiting_.size()) < n_) return;
+      group.swap(waiting_);
+    }
+    threads.post([group = std::move(group)] {
+      for (const auto& [c, d] : group) d(LaterKernel::add_one(*c));
+    });
+  }
+
+ private:
+  const int n_;
+  std::mutex mu_;
+  std::vector<std::pair<OpKernelContext*, AsyncOpKernel::Done>> waiting_;
+};
+
+class GatherKernel final : public AsyncOpKernel {
+ public:
+  GatherKernel(Gathering& gathering, Threads& threads) : gathering_(gathering), threads_(threads) {}
+  void compute_async(OpKernelContext& ctx, Done done) override {
+    gathering_.arrive(ctx, std::move(done), threads_);
+  }
+
+ private:
+  Gathering& gathering_;
+  Threads& threads_;
+};
+
+// Waits until the step says stop, then finishes with an error (the run
+// reports why it stopped).
+class UntilStoppedKernel final : public AsyncOpKernel {
+ public:
+  explicit UntilStoppedKernel(Threads& threads, std::atomic<int>& waiting)
+      : threads_(threads), waiting_(waiting) {}
+  void compute_async(OpKernelContext& ctx, Done done) override {
+    ++waiting_;
+    threads_.post([&ctx, done = std::move(done)] {
+      const auto give_up = std::chrono::steady_clock::now() + 20s;
+      while (!ctx.is_cancelled() && std::chrono::steady_clock::now() < give_up) {
+        std::this_thread::sleep_for(1ms);
+      }
+      done(cancelled("stopped waiting"));
+    });
+  }
+
+ private:
+  Threads& threads_;
+  std::atomic<int>& waiting_;
+};
+
+// One float in, one float out, same shape; the kernel comes with the node.
+Output async_node(Graph& g, Output x, std::function<std::unique_ptr<OpKernel>()> make,
+                  const std::string& name) {
+  static const bool registered = [] {
+    OpRegistry& r = OpRegistry::global();
+    if (r.find("TestAsync") != nullptr) return true;
+    return r
+        .add(OpDef("TestAsync")
+                 .input("x", DType::kFloat32)
+                 .output("y", DType::kFloat32)
+                 .shape_fn(shape_fns::unchanged),
+             [](OpKernelConstruction&) -> Result<std::unique_ptr<OpKernel>> {
+               return invalid_argument("TestAsync nodes bring their own kernel");
+             })
+        .is_ok();
+  }();
+  EXPECT_TRUE(registered);
+  auto factory = std::make_shared<const KernelFactory>(
+      [make = std::move(make)](OpKernelConstruction&) -> Result<std::unique_ptr<OpKernel>> {
+        return make();
+      });
+  auto node = g.add_node(
+      NodeSpec{.op = "TestAsync", .name = name, .inputs = {x}, .kernel = std::move(factory)});
+  EXPECT_TRUE(node.is_ok()) << node.status().to_string();
+  return (*node)->output(0);
+}
+
+std::unique_ptr<Session> session_with_threads(const Graph& g, int threads) {
+  SessionOptions options;
+  options.inter_op_threads = threads;
+  return Session::create(g, options).value();
+}
+
+class AsyncKernelTest : public ::testing::TestWithParam<int> {
+ protected:
+  Output later(Graph& g, Output x, const std::string& name, std::chrono::milliseconds delay = 1ms,
+               std::function<Status(OpKernelContext&)> result = {}) {
+    return async_node(
+        g, x,
+        [this, delay, result] { return std::make_unique<LaterKernel>(threads_, delay, result); },
+        name);
+  }
+  Threads threads_;
+};
+
+INSTANTIATE_TEST_SUITE_P(Threads, AsyncKernelTest, ::testing::Values(1, 2),
+                         [](const ::testing::TestParamInfo<int>& p) {
+                           return p.param == 1 ? "OneThread" : "TwoThreads";
+                         });
+
+// x -> a = later(x) -> b = Square(a) -> c = later(b): a root, a node in the
+// middle and a leaf are asynchronous, and both ends are fetched.
+TEST_P(AsyncKernelTest, ResultsReachConsumersAndFetches) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  Output a = later(g, x, "a");
+  Output b = ops::Square(g, a, "b");
+  Output c = later(g, b, "c");
+  auto s = session_with_threads(g, GetParam());
+  for (int i = 0; i < 5; ++i) {
+    auto r = s->run({{x, Tensor(2.0f + static_cast<float>(i))}}, {a, c});
+    ASSERT_THAT(r, IsOk());
+    const float av = 3.0f + static_cast<float>(i);
+    EXPECT_EQ((*r)[0].scalar<float>(), av);
+    EXPECT_EQ((*r)[1].scalar<float>(), av * av + 1.0f);
+  }
+}
+
+TEST_P(AsyncKernelTest, AChainOfAsynchronousNodesRunsInOrder) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  Output y = x;
+  for (int i = 0; i < 40; ++i) y = later(g, y, "step" + std::to_string(i), 0ms);
+  auto s = session_with_threads(g, GetParam());
+  auto r = s->run({{x, Tensor(0.5f)}}, {y});
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ((*r)[0].scalar<float>(), 40.5f);
+}
+
+TEST_P(AsyncKernelTest, SuccessorsRunOnTheSessionsThreadsNotTheKernels) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  Output a = later(g, x, "a");
+  std::mutex mu;
+  std::vector<std::thread::id> ran_on;
+  ops::CallAttrs cheap;
+  cheap.cheap = true;  // would run inline on the thread that completed `a`
+  Output after = ops::Call(
+      g, {a}, {DType::kFloat32},
+      [&](std::span<const Tensor> in) -> Result<std::vector<Tensor>> {
+        const std::lock_guard lock(mu);
+        ran_on.push_back(std::this_thread::get_id());
+        return std::vector<Tensor>{in[0]};
+      },
+      cheap, "after")[0];
+  auto s = session_with_threads(g, GetParam());
+  for (int i = 0; i < 10; ++i) ASSERT_THAT(s->run({{x, Tensor(1.0f)}}, {after}), IsOk());
+  threads_.join();
+  ASSERT_EQ(ran_on.size(), 10u);
+  for (std::thread::id id : ran_on) EXPECT_FALSE(threads_.ran_on_one(id));
+}
+
+// Four kernels that finish only when all four have started: a blocking
+// kernel would hold one of the session's one or two threads until the
+// others start, which they never could.
+TEST_P(AsyncKernelTest, KernelsThatWaitForEachOtherFinishOnFewerThreads) {
+  Gathering gathering(4);
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  std::vector<Output> parts;
+  for (int i = 0; i < 4; ++i) {
+    parts.push_back(async_node(
+        g, ops::Mul(g, x, ops::Const(g, Tensor(static_cast<float>(i + 1)))),
+        [&] { return std::make_unique<GatherKernel>(gathering, threads_); },
+        "gather" + std::to_string(i)));
+  }
+  Output sum = ops::Add(g, ops::Add(g, parts[0], parts[1]), ops::Add(g, parts[2], parts[3]), "sum");
+  auto s = session_with_threads(g, GetParam());
+  for (int i = 0; i < 10; ++i) {
+    auto r = s->run({{x, Tensor(1.0f)}}, {sum});
+    ASSERT_THAT(r, IsOk());
+    EXPECT_EQ((*r)[0].scalar<float>(), 1.0f + 2.0f + 3.0f + 4.0f + 4.0f);
+  }
+}
+
+TEST_P(AsyncKernelTest, CallablesAndAsynchronousRunsWaitForTheKernel) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  Output a = later(g, x, "a", 5ms);
+  Output b = ops::Neg(g, a, "b");
+  auto s = session_with_threads(g, GetParam());
+  auto callable = s->make_callable({x}, {b});
+  ASSERT_THAT(callable, IsOk());
+  Tensor feed(1.0f);
+  std::vector<Tensor> out(1);
+  ASSERT_THAT(callable->run({&feed, 1}, out), IsOk());
+  EXPECT_EQ(out[0].scalar<float>(), -2.0f);
+  std::vector<std::future<Result<std::vector<Tensor>>>> futures;
+  for (int i = 0; i < 4; ++i) futures.push_back(s->run_async({{x, Tensor(float(i))}}, {b, a}));
+  for (int i = 0; i < 4; ++i) {
+    auto r = futures[static_cast<std::size_t>(i)].get();
+    ASSERT_THAT(r, IsOk());
+    EXPECT_EQ((*r)[0].scalar<float>(), -(float(i) + 1.0f));
+    EXPECT_EQ((*r)[1].scalar<float>(), float(i) + 1.0f);
+  }
+}
+
+// A partial run: the asynchronous node's output is fetched by the first
+// call; the second feeds y and fetches a + y without running `a` again.
+TEST_P(AsyncKernelTest, PartialRunsFetchAnAsynchronousOutputThenGoOn) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  Output y = ops::Placeholder(g, DType::kFloat32, Shape{}, "y");
+  std::atomic<int> runs{0};
+  Output a = later(g, x, "a", 2ms, [&](OpKernelContext& ctx) {
+    ++runs;
+    return LaterKernel::add_one(ctx);
+  });
+  Output sum = ops::Add(g, a, y, "sum");
+  auto s = session_with_threads(g, GetParam());
+  auto h = s->partial_run_setup({a, sum}, {x, y});
+  ASSERT_THAT(h, IsOk());
+  auto first = s->partial_run(*h, {{x, Tensor(1.0f)}}, {a});
+  ASSERT_THAT(first, IsOk());
+  EXPECT_EQ((*first)[0].scalar<float>(), 2.0f);
+  auto second = s->partial_run(*h, {{y, Tensor(10.0f)}}, {sum});
+  ASSERT_THAT(second, IsOk());
+  EXPECT_EQ((*second)[0].scalar<float>(), 12.0f);
+  EXPECT_EQ(runs.load(), 1);
+}
+
+TEST_P(AsyncKernelTest, ErrorsFromDoneAndFromComputeAsyncNameTheNode) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  Output bad = later(g, x, "bad", 1ms,
+                     [](OpKernelContext&) { return invalid_argument("the peer said no"); });
+  Output silent = later(g, x, "silent", 1ms, [](OpKernelContext&) { return Status::ok(); });
+  Output thrower = async_node(
+      g, x,
+      [] {
+        struct Throws final : AsyncOpKernel {
+          void compute_async(OpKernelContext&, Done) override {
+            throw std::runtime_error("no transport");
+          }
+        };
+        return std::make_unique<Throws>();
+      },
+      "thrower");
+  auto s = session_with_threads(g, GetParam());
+  EXPECT_THAT(s->run({{x, Tensor(1.0f)}}, {bad}), StatusIs(StatusCode::kInvalidArgument, "'bad'"));
+  EXPECT_THAT(s->run({{x, Tensor(1.0f)}}, {bad}),
+              StatusIs(StatusCode::kInvalidArgument, "the peer said no"));
+  EXPECT_THAT(s->run({{x, Tensor(1.0f)}}, {silent}),
+              StatusIs(StatusCode::kInternal, "did not produce output 0"));
+  EXPECT_THAT(s->run({{x, Tensor(1.0f)}}, {thrower}),
+              StatusIs(StatusCode::kInternal, "kernel threw: no transport"));
+  // The session stays usable.
+  Output fine = later(g, x, "fine");
+  ASSERT_THAT(s->extend(g), IsOk());
+  EXPECT_THAT(s->run({{x, Tensor(1.0f)}}, {fine}), IsOk());
+}
+
+TEST_P(AsyncKernelTest, ADeadlineOrCloseEndsAStepWhoseKernelIsOut) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  std::atomic<int> waiting{0};
+  Output w = async_node(
+      g, x, [&] { return std::make_unique<UntilStoppedKernel>(threads_, waiting); }, "w");
+  Output after = ops::Neg(g, w, "after");
+  auto s = session_with_threads(g, GetParam());
+  RunOptions timed;
+  timed.timeout = 50ms;
+  EXPECT_THAT(s->run({{x, Tensor(1.0f)}}, {after}, {}, timed),
+              StatusIs(StatusCode::kDeadlineExceeded, "'w'"));
+  auto pending = s->run_async({{x, Tensor(1.0f)}}, {after});
+  while (waiting.load() < 2) std::this_thread::sleep_for(1ms);
+  ASSERT_THAT(s->close(), IsOk());
+  EXPECT_THAT(pending.get(), StatusIs(StatusCode::kCancelled, "closed"));
+}
+
+TEST_P(AsyncKernelTest, TracedRunsTimeTheNodeFromStartToDone) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  Output a = later(g, x, "a", 20ms);
+  auto s = session_with_threads(g, GetParam());
+  RunOptions traced;
+  traced.trace = true;
+  RunMetadata metadata;
+  ASSERT_THAT(s->run({{x, Tensor(1.0f)}}, {a}, {}, traced, &metadata), IsOk());
+  bool found = false;
+  for (const NodeExecStats& st : metadata.step_stats) {
+    if (st.node != "a") continue;
+    found = true;
+    EXPECT_GE(st.end_ns - st.start_ns, 20'000'000);
+    EXPECT_EQ(st.output_shapes, std::vector<Shape>{Shape{}});
+  }
+  EXPECT_TRUE(found);
+}
+
+TEST(AsyncKernelSyncTest, ComputeBlocksUntilDone) {
+  Threads threads;
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  Output a = async_node(
+      g, x, [&] { return std::make_unique<LaterKernel>(threads, 10ms, nullptr); }, "a");
+  LaterKernel kernel(threads, 10ms, nullptr);
+  Tensor slots[2] = {Tensor(4.0f), Tensor()};
+  const int32_t input_slots[] = {0};
+  const KernelRuntime runtime;
+  OpKernelContext ctx(*a.node(), slots, input_slots, &slots[1], runtime, nullptr, 0);
+  OpKernel& as_kernel = kernel;
+  EXPECT_EQ(as_kernel.as_async(), &kernel);
+  ASSERT_THAT(as_kernel.compute(ctx), IsOk());
+  EXPECT_EQ(slots[1].scalar<float>(), 5.0f);
+}
+
+}  // namespace
+}  // namespace graphrun
