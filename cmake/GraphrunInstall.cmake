@@ -1,8 +1,8 @@
 # Install rules and the package config: find_package(graphrun) then link
 # graphrun::graphrun (or graphrun::api / graphrun::ops / graphrun::scheduler),
 # graphrun::graphdef (GraphDef import/export, needs protobuf) and
-# graphrun::service (the gRPC session service, needs gRPC) when they were
-# built.
+# graphrun::service (the gRPC session service, needs gRPC) and graphrun::mpi
+# (the MPI component, needs MPI) when they were built.
 # Included by the top-level CMakeLists.txt when GRAPHRUN_INSTALL is ON.
 #
 # The libraries are static, so their private dependencies (TBB, Threads) are
@@ -26,6 +26,9 @@ if(GRAPHRUN_SERVICE)
   # GRAPHRUN_SERVICE the core is built (for the fuzzer) but not installed.
   list(APPEND GRAPHRUN_INSTALL_TARGETS graphrun_service_messages graphrun_service_proto
        graphrun_service_core graphrun_service)
+endif()
+if(GRAPHRUN_WITH_MPI)
+  list(APPEND GRAPHRUN_INSTALL_TARGETS graphrun_mpi)
 endif()
 install(TARGETS ${GRAPHRUN_INSTALL_TARGETS}
   EXPORT graphrunTargets
@@ -73,6 +76,16 @@ if(GRAPHRUN_SERVICE)
   set(GRAPHRUN_FIND_GRPC "find_dependency(gRPC CONFIG)")
 else()
   set(GRAPHRUN_FIND_GRPC "")
+endif()
+
+if(GRAPHRUN_WITH_MPI)
+  install(DIRECTORY ${PROJECT_SOURCE_DIR}/scheduler/mpi/include/graphrun
+    DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}
+    COMPONENT graphrun_development
+    FILES_MATCHING PATTERN "*.h")
+  set(GRAPHRUN_FIND_MPI "set(MPI_CXX_SKIP_MPICXX ON)\nfind_dependency(MPI COMPONENTS CXX)")
+else()
+  set(GRAPHRUN_FIND_MPI "")
 endif()
 
 install(EXPORT graphrunTargets

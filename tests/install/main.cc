@@ -1,14 +1,18 @@
 // An outside user of an installed graphrun: builds y = x + 2, feeds x = 3
 // and checks that y is 5. With graphrun::graphdef, the same graph goes
 // through a GraphDef; with graphrun::service, a session of the registry of a
-// server listening on 127.0.0.1:0 runs it. Prints what it checked; exits 0
-// on success, 1 otherwise.
+// server listening on 127.0.0.1:0 runs it; with graphrun::mpi, an AllReduce
+// builds and, MPI not being initialised here, reports what to call first.
+// Prints what it checked; exits 0 on success, 1 otherwise.
 #include <graphrun/graphrun.h>
 #ifdef CONSUMER_GRAPHDEF
 #include <graphrun/graph_def.h>
 #endif
 #ifdef CONSUMER_SERVICE
 #include <graphrun/server.h>
+#endif
+#ifdef CONSUMER_MPI
+#include <graphrun/mpi.h>
 #endif
 
 #include <cstdio>
@@ -84,6 +88,20 @@ int main() {
   (*server)->shutdown();
   std::printf("graphrun install consumer: service ok (listened on %s)\n",
               (*server)->address().c_str());
+#endif
+
+#ifdef CONSUMER_MPI
+  Output sum = graphrun::ops::AllReduce(g, y, graphrun::mpi::Reduction::kSum, "sum");
+  auto mpi_session = Session::create(g);
+  auto mpi_out = mpi_session.is_ok() ? (*mpi_session)->run({{x, Tensor(3.0f)}}, {sum})
+                                     : graphrun::Result<std::vector<Tensor>>(mpi_session.status());
+  if (mpi_out.is_ok() ||
+      mpi_out.status().message().find("World::init() first") == std::string::npos) {
+    std::fprintf(stderr, "mpi: expected the no-world error, got %s\n",
+                 mpi_out.status().to_string().c_str());
+    return 1;
+  }
+  std::printf("graphrun install consumer: mpi ok\n");
 #endif
   return 0;
 }

@@ -19,6 +19,8 @@ packages=(
   clang-format clang-tidy
   # The Python client test (tests/service/python), run by Debian's /usr/bin/python3.
   python3-grpcio python3-protobuf
+  # The MPI component (GRAPHRUN_MPI): Open MPI, Debian's default MPI, and mpirun.
+  libopenmpi-dev openmpi-bin
 )
 if [[ "${GRAPHRUN_WITH_TSAN_DEPS:-0}" == 1 ]]; then
   packages+=(dpkg-dev)

@@ -1,0 +1,118 @@
+// graphrun's MPI component (graphrun::mpi): the MPI world a process runs
+// in, and collective ops for data parallelism (Horovod's model: every rank
+// runs its own replica of the graph in an ordinary Session, and the
+// collectives combine the ranks' tensors). Design: docs/distributed.md.
+//
+//   int main(int argc, char** argv) {
+//     auto world = graphrun::mpi::World::init(&argc, &argv).value();
+//     Graph g;
+//     Output grad = ...;                                   // this rank's gradient
+//     Output avg = graphrun::ops::AllReduce(g, grad, graphrun::mpi::Reduction::kMean);
+//     auto session = Session::create(g).value();          // on every rank
+//     session->run({...}, {avg});                         // the ranks' mean
+//   }
+//
+// Launch with `mpirun -np N program`. The collectives are asynchronous
+// kernels (AsyncOpKernel): a rank waiting for its peers holds none of its
+// session's threads.
+#pragma once
+
+#include <graphrun/graph.h>
+#include <graphrun/op_kernel.h>
+#include <graphrun/status.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace graphrun::mpi {
+
+namespace internal {
+class Engine;
+}  // namespace internal
+
+/// The MPI world of this process: MPI initialised (or joined, when the
+/// program initialised it first), a communicator of graphrun's own (a
+/// duplicate of MPI_COMM_WORLD) and the progress thread, which makes every
+/// MPI call graphrun needs. One per process; kernels that use it keep it
+/// alive.
+///
+/// Thread safety: thread-safe. Ownership: shared (init() and current()
+/// hand out the same object).
+class World {
+ public:
+  /// Initialises MPI with MPI_Init_thread (asking for MPI_THREAD_MULTIPLE;
+  /// at least MPI_THREAD_SERIALIZED is required) unless it already is,
+  /// registers the collective ops in OpRegistry::global(), and starts the
+  /// progress thread. Calls while the world lives return it. MPI cannot be
+  /// initialised twice in a process: after the world was destroyed, init()
+  /// is FailedPrecondition.
+  static Result<std::shared_ptr<World>> init(int* argc = nullptr, char*** argv = nullptr);
+  /// The live world, or null before init() and after its end.
+  static std::shared_ptr<World> current();
+
+  World(const World&) = delete;
+  World& operator=(const World&) = delete;
+  /// Stops the progress thread (collectives still waiting end with
+  /// Cancelled) and, if init() initialised MPI, finalises it.
+  ~World();
+
+  /// This process's rank in MPI_COMM_WORLD, from 0.
+  int rank() const { return rank_; }
+  /// The number of ranks.
+  int size() const { return size_; }
+  /// The thread level MPI granted (MPI_THREAD_SERIALIZED or _MULTIPLE).
+  int thread_level() const { return thread_level_; }
+
+  /// The next invocation number of collective `key` in this process: the
+  /// n-th invocation of a key on one rank meets the n-th on every other.
+  uint64_t next_invocation(uint64_t key_hash);
+
+  /// The progress engine (the MPI component's kernels submit to it).
+  internal::Engine& engine() { return *engine_; }
+
+ private:
+  World() = default;
+  int rank_ = 0;
+  int size_ = 1;
+  int thread_level_ = 0;
+  bool finalize_ = false;  // init() initialised MPI
+  std::unique_ptr<internal::Engine> engine_;
+  struct Invocations;
+  std::unique_ptr<Invocations> invocations_;
+};
+
+/// How AllReduce combines the ranks' tensors.
+enum class Reduction : uint8_t {
+  kSum,   ///< the elementwise sum
+  kMean,  ///< the sum divided by the number of ranks (float dtypes only)
+};
+
+/// Registers MpiAllReduce, MpiBroadcast and MpiAllGather into `registry`
+/// (World::init does so for OpRegistry::global()). AlreadyExists-safe:
+/// registering twice keeps the first.
+void register_ops(OpRegistry& registry);
+
+}  // namespace graphrun::mpi
+
+namespace graphrun::ops {
+
+/// Every rank's `x` combined elementwise; every rank gets the same result,
+/// bit for bit (the ranks add in rank order). Shapes and dtypes must agree
+/// across ranks (an InvalidArgument on every rank names both otherwise).
+/// Ranks pair their invocations by `key` (default: the node's name), so
+/// independent collectives in one graph may become ready in any order on
+/// different ranks. float32/float64/int32/int64; kMean needs a float dtype.
+Output AllReduce(Graph& g, Output x, mpi::Reduction reduction = mpi::Reduction::kSum,
+                 std::string_view name = {}, std::string_view key = {});
+/// Rank `root`'s `x` on every rank (the others' values are ignored, only
+/// their dtype must agree).
+Output Broadcast(Graph& g, Output x, int root = 0, std::string_view name = {},
+                 std::string_view key = {});
+/// Every rank's `x` concatenated along dimension 0 in rank order; the ranks'
+/// first dimensions may differ, the other dimensions and the dtype must
+/// agree.
+Output AllGather(Graph& g, Output x, std::string_view name = {}, std::string_view key = {});
+
+}  // namespace graphrun::ops

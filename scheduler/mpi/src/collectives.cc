@@ -1,0 +1,470 @@
+// AllReduce, Broadcast and AllGather as asynchronous kernels over the
+// progress engine.
+//
+// MPI's own collectives must be started in the same order on every rank of
+// a communicator; independent collective nodes of a dataflow graph become
+// ready in any order on different ranks (Horovod negotiates an order through
+// a coordinator for that reason). These match instead by a key and an
+// invocation number: each message's tag is the key's 20-bit id and the
+// invocation's low 10 bits, and its header carries the full key hash and
+// invocation, checked on receipt. Each collective is one exchange of
+// point-to-point messages (a header, then the tensor's bytes straight from
+// its buffer): every rank sends its tensor to every other (AllReduce,
+// AllGather) or the root to all (Broadcast), so every rank sees every
+// header and an error (mismatched shapes) is reported on every rank alike,
+// and every rank adds in rank order, so all get the same bits. That costs
+// (ranks - 1) copies of the tensor per rank: fine for the few ranks of one
+// machine, and the place for a ring algorithm when bandwidth matters.
+#include <graphrun/mpi.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstring>
+#include <mutex>
+#include <type_traits>
+#include <unordered_map>
+
+#include "scheduler/mpi/src/engine.h"
+
+namespace graphrun::mpi {
+
+namespace {
+
+enum class Kind : uint8_t { kAllReduce, kBroadcast, kAllGather };
+
+constexpr int kKeyBits = 20;
+constexpr int kInvocationBits = 10;
+
+uint64_t hash_key(std::string_view key) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (const char c : key) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+int key_id(uint64_t hash) {
+  return static_cast<int>((hash ^ (hash >> 32)) & ((uint64_t{1} << kKeyBits) - 1));
+}
+
+// Two keys of one process on the same tag bits would mix their messages:
+// refused when the second kernel is made.
+Status claim_key_id(const std::string& key, uint64_t hash) {
+  static std::mutex mu;
+  static std::unordered_map<int, std::string> owners;
+  const std::lock_guard lock(mu);
+  auto [it, inserted] = owners.emplace(key_id(hash), key);
+  if (!inserted && it->second != key) {
+    return invalid_argument(
+        "collective keys '{}' and '{}' map to the same MPI tag; give one of them another key",
+        it->second, key);
+  }
+  return Status::ok();
+}
+
+// What precedes each tensor.
+struct Header {
+  uint64_t key_hash = 0;
+  uint64_t invocation = 0;
+  int32_t dtype = 0;
+  int32_t rank = 0;
+  int64_t dims[Shape::kMaxRank] = {};
+  uint64_t bytes = 0;
+};
+
+Header header_of(const Tensor& t, uint64_t key_hash, uint64_t invocation) {
+  Header h;
+  h.key_hash = key_hash;
+  h.invocation = invocation;
+  h.dtype = static_cast<int32_t>(t.dtype());
+  h.rank = t.shape().rank();
+  for (int i = 0; i < h.rank; ++i) h.dims[i] = t.shape().dim(i);
+  h.bytes = t.byte_size();
+  return h;
+}
+
+// The header's shape, or why it is not one.
+Result<Shape> shape_of(const Header& h) {
+  if (h.rank < 0 || h.rank > Shape::kMaxRank) return internal_error("a header of rank {}", h.rank);
+  Result<Shape> shape =
+      Shape::make(std::span<const int64_t>(h.dims, static_cast<std::size_t>(h.rank)));
+  if (!shape.is_ok()) return shape.status();
+  return shape;
+}
+
+Status check_dtype(const Header& h) {
+  const auto d = static_cast<DType>(h.dtype);
+  const bool known = d == DType::kFloat32 || d == DType::kFloat64 || d == DType::kInt32 ||
+                     d == DType::kInt64 || d == DType::kBool;
+  if (!known) return internal_error("a header of dtype {}", h.dtype);
+  return Status::ok();
+}
+
+class Collective final : public internal::Operation {
+ public:
+  Collective(Kind kind, Reduction reduction, int root, const World& world, MPI_Comm comm,
+             OpKernelContext& ctx, AsyncOpKernel::Done done, uint64_t key_hash, uint64_t invocation,
+             std::string what)
+      : kind_(kind),
+        reduction_(reduction),
+        root_(root),
+        rank_(world.rank()),
+        size_(world.size()),
+        comm_(comm),
+        ctx_(&ctx),
+        done_(std::move(done)),
+        input_(ctx.input(0)),
+        tag_(key_id(key_hash) << kInvocationBits |
+             static_cast<int>(invocation & ((1u << kInvocationBits) - 1))),
+        what_(std::move(what)),
+        headers_(static_cast<std::size_t>(size_)),
+        parts_(static_cast<std::size_t>(size_)),
+        drains_(static_cast<std::size_t>(size_)) {
+    mine_ = header_of(input_, key_hash, invocation);
+  }
+
+  bool advance(internal::Round& round) override {
+    switch (stage_) {
+      case 0:
+        stage_ = 1;
+        if (Status s = post_headers(round); !s.is_ok()) return finish(std::move(s));
+        if (!round.empty()) return false;
+        [[fallthrough]];
+      case 1:
+        stage_ = 2;
+        status_ = check_headers();
+        if (Status s = post_payloads(round); !s.is_ok()) return finish(std::move(s));
+        if (!round.empty()) return false;
+        [[fallthrough]];
+      default: return finish(status_.is_ok() ? produce() : status_);
+    }
+  }
+
+  bool stopped() const override { return ctx_ != nullptr && ctx_->is_cancelled(); }
+
+  void abandon(Status why) override { static_cast<void>(finish(std::move(why))); }
+
+ private:
+  bool sends_to(int peer) const {
+    return peer != rank_ && (kind_ != Kind::kBroadcast || rank_ == root_);
+  }
+  bool receives_from(int peer) const {
+    return peer != rank_ && (kind_ != Kind::kBroadcast || peer == root_);
+  }
+
+  Status post_headers(internal::Round& round) {
+    for (int peer = 0; peer < size_; ++peer) {
+      if (sends_to(peer)) {
+        GRAPHRUN_RETURN_IF_ERROR(round.send(&mine_, sizeof(Header), peer, tag_, comm_));
+        GRAPHRUN_RETURN_IF_ERROR(
+            round.send(input_.raw_data(), input_.byte_size(), peer, tag_, comm_));
+      }
+      if (receives_from(peer)) {
+        GRAPHRUN_RETURN_IF_ERROR(round.recv(&headers_[static_cast<std::size_t>(peer)],
+                                            sizeof(Header), peer, tag_, comm_));
+      }
+    }
+    return Status::ok();
+  }
+
+  // Every received header against this rank's; the first difference, on
+  // every rank alike (each checks the same headers).
+  Status check_headers() {
+    headers_[static_cast<std::size_t>(rank_)] = mine_;
+    if (kind_ == Kind::kAllGather && input_.shape().rank() == 0) {
+      return invalid_argument("{}: AllGather needs a tensor of rank >= 1, not a scalar", what_);
+    }
+    for (int peer = 0; peer < size_; ++peer) {
+      if (!receives_from(peer)) continue;
+      const Header& h = headers_[static_cast<std::size_t>(peer)];
+      if (h.key_hash != mine_.key_hash || h.invocation != mine_.invocation) {
+        return internal_error(
+            "{}: rank {} sent invocation {} of another collective (key hash {:x}) where this rank "
+            "waited for invocation {} (key hash {:x})",
+            what_, peer, h.invocation, h.key_hash, mine_.invocation, mine_.key_hash);
+      }
+      GRAPHRUN_RETURN_IF_ERROR(check_dtype(h));
+      GRAPHRUN_ASSIGN_OR_RETURN(Shape shape, shape_of(h));
+      if (h.dtype != mine_.dtype) {
+        return invalid_argument("{}: rank {} has {}, rank {} has {}", what_, peer,
+                                static_cast<DType>(h.dtype), rank_, input_.dtype());
+      }
+      if (kind_ == Kind::kAllGather) {
+        if (shape.rank() == 0 || input_.shape().rank() == 0 ||
+            shape.rank() != input_.shape().rank() ||
+            !std::equal(h.dims + 1, h.dims + h.rank, mine_.dims + 1)) {
+          return invalid_argument(
+              "{}: rank {} has shape {}, rank {} has {}: all but the first dimension must agree",
+              what_, peer, shape, rank_, input_.shape());
+        }
+      } else if (!(shape == input_.shape())) {
+        return invalid_argument("{}: rank {} has shape {}, rank {} has {}", what_, peer, shape,
+                                rank_, input_.shape());
+      }
+    }
+    return Status::ok();
+  }
+
+  // The peers' tensors, into buffers of their own (kept until the last
+  // receive is over, also when the operation is abandoned).
+  Status post_payloads(internal::Round& round) {
+    for (int peer = 0; peer < size_; ++peer) {
+      if (!receives_from(peer)) continue;
+      const Header& h = headers_[static_cast<std::size_t>(peer)];
+      Result<Shape> shape = shape_of(h);
+      Result<Tensor> part =
+          shape.is_ok() && check_dtype(h).is_ok()
+              ? Tensor::allocate_uninitialized(static_cast<DType>(h.dtype), *shape)
+              : Result<Tensor>(internal_error("unreadable header"));
+      if (part.is_ok() && part->byte_size() == h.bytes) {
+        parts_[static_cast<std::size_t>(peer)] = std::move(*part);
+        Tensor& t = parts_[static_cast<std::size_t>(peer)];
+        GRAPHRUN_RETURN_IF_ERROR(round.recv(t.raw_data(), t.byte_size(), peer, tag_, comm_));
+      } else {
+        // Received anyway, so that the peer's send completes.
+        if (status_.is_ok())
+          status_ = internal_error("{}: rank {} sent a malformed header", what_, peer);
+        std::vector<char>& drain = drains_[static_cast<std::size_t>(peer)];
+        drain.resize(static_cast<std::size_t>(std::min<uint64_t>(h.bytes, INT32_MAX)));
+        GRAPHRUN_RETURN_IF_ERROR(round.recv(drain.data(), drain.size(), peer, tag_, comm_));
+      }
+    }
+    return Status::ok();
+  }
+
+  Status produce() {
+    parts_[static_cast<std::size_t>(rank_)] = input_;
+    switch (kind_) {
+      case Kind::kBroadcast: return ctx_->set_output(0, parts_[static_cast<std::size_t>(root_)]);
+      case Kind::kAllGather: {
+        Shape shape = input_.shape();
+        int64_t rows = 0;
+        for (const Tensor& t : parts_) rows += t.shape().dim(0);
+        Shape out_shape;
+        out_shape.add_dim(rows);
+        for (int i = 1; i < shape.rank(); ++i) out_shape.add_dim(shape.dim(i));
+        GRAPHRUN_ASSIGN_OR_RETURN(Tensor * out, ctx_->allocate_output_uninitialized(0, out_shape));
+        auto* dst = static_cast<char*>(out->raw_data());
+        for (const Tensor& t : parts_) {
+          if (t.byte_size() != 0) std::memcpy(dst, t.raw_data(), t.byte_size());
+          dst += t.byte_size();
+        }
+        return Status::ok();
+      }
+      case Kind::kAllReduce: break;
+    }
+    GRAPHRUN_ASSIGN_OR_RETURN(Tensor * out, ctx_->allocate_output_uninitialized(0, input_.shape()));
+    return visit_dtype(input_.dtype(), [&](auto zero) -> Status {
+      using T = decltype(zero);
+      if constexpr (std::is_same_v<T, bool>) {
+        return invalid_argument("{}: AllReduce of bool", what_);
+      } else {
+        T* y = out->flat<T>().data();
+        const auto n = static_cast<std::size_t>(input_.num_elements());
+        const T* first = parts_[0].flat<T>().data();
+        std::copy(first, first + n, y);
+        for (std::size_t r = 1; r < parts_.size(); ++r) {
+          const T* x = parts_[r].flat<T>().data();
+          for (std::size_t i = 0; i < n; ++i) y[i] += x[i];
+        }
+        if constexpr (std::is_floating_point_v<T>) {
+          if (reduction_ == Reduction::kMean) {
+            const auto ranks = static_cast<T>(size_);
+            for (std::size_t i = 0; i < n; ++i) y[i] /= ranks;
+          }
+        }
+        return Status::ok();
+      }
+    });
+  }
+
+  bool finish(Status s) {
+    if (ctx_ != nullptr) {
+      ctx_ = nullptr;
+      AsyncOpKernel::Done done = std::move(done_);
+      done(std::move(s));
+    }
+    return true;
+  }
+
+  const Kind kind_;
+  const Reduction reduction_;
+  const int root_;
+  const int rank_;
+  const int size_;
+  const MPI_Comm comm_;
+  OpKernelContext* ctx_;  // null once done was called
+  AsyncOpKernel::Done done_;
+  const Tensor input_;  // keeps the sent bytes alive
+  const int tag_;
+  const std::string what_;
+  int stage_ = 0;
+  Status status_;
+  Header mine_;
+  std::vector<Header> headers_;
+  std::vector<Tensor> parts_;
+  std::vector<std::vector<char>> drains_;
+};
+
+class CollectiveKernel final : public AsyncOpKernel {
+ public:
+  CollectiveKernel(std::shared_ptr<World> world, Kind kind, Reduction reduction, int root,
+                   uint64_t key_hash, std::string what)
+      : world_(std::move(world)),
+        kind_(kind),
+        reduction_(reduction),
+        root_(root),
+        key_hash_(key_hash),
+        what_(std::move(what)) {}
+
+  void compute_async(OpKernelContext& ctx, Done done) override {
+    const uint64_t invocation = world_->next_invocation(key_hash_);
+    world_->engine().submit(
+        std::make_unique<Collective>(kind_, reduction_, root_, *world_, world_->engine().comm(),
+                                     ctx, std::move(done), key_hash_, invocation, what_));
+  }
+
+ private:
+  std::shared_ptr<World> world_;  // the progress thread outlives every kernel
+  const Kind kind_;
+  const Reduction reduction_;
+  const int root_;
+  const uint64_t key_hash_;
+  const std::string what_;
+};
+
+Result<std::unique_ptr<OpKernel>> make_kernel(OpKernelConstruction& c, Kind kind) {
+  std::shared_ptr<World> world = World::current();
+  const Node& node = c.node();
+  if (world == nullptr) {
+    return failed_precondition("{} needs graphrun::mpi::World::init() first", node.describe());
+  }
+  GRAPHRUN_ASSIGN_OR_RETURN(std::string key, c.attr<std::string>("key"));
+  if (key.empty()) key = node.name();
+  const uint64_t hash = hash_key(key);
+  GRAPHRUN_RETURN_IF_ERROR(claim_key_id(key, hash));
+  Reduction reduction = Reduction::kSum;
+  int root = 0;
+  if (kind == Kind::kAllReduce) {
+    GRAPHRUN_ASSIGN_OR_RETURN(std::string r, c.attr<std::string>("reduction"));
+    if (r == "mean") {
+      reduction = Reduction::kMean;
+      const DType d = node.output_dtype(0);
+      if (d != DType::kFloat32 && d != DType::kFloat64) {
+        return invalid_argument("{}: reduction 'mean' needs float32 or float64, not {}",
+                                node.describe(), d);
+      }
+    } else if (r != "sum") {
+      return invalid_argument("{}: reduction must be 'sum' or 'mean', not '{}'", node.describe(),
+                              r);
+    }
+  }
+  if (kind == Kind::kBroadcast) {
+    GRAPHRUN_ASSIGN_OR_RETURN(int64_t r, c.attr<int64_t>("root"));
+    if (r < 0 || r >= world->size()) {
+      return invalid_argument("{}: root {} is not a rank of this world of {}", node.describe(), r,
+                              world->size());
+    }
+    root = static_cast<int>(r);
+  }
+  return std::make_unique<CollectiveKernel>(std::move(world), kind, reduction, root, hash,
+                                            node.describe());
+}
+
+Status gather_shape(InferenceContext& ic) {
+  const Shape& in = ic.input_shape(0);
+  if (in.is_unknown_rank()) {
+    ic.set_output(0, in);
+    return Status::ok();
+  }
+  if (in.rank() == 0)
+    return invalid_argument("AllGather needs a tensor of rank >= 1, not a scalar");
+  Shape out;
+  out.add_dim(-1);  // the ranks' first dimensions summed
+  for (int i = 1; i < in.rank(); ++i) out.add_dim(in.dim(i));
+  ic.set_output(0, out);
+  return Status::ok();
+}
+
+void add(OpRegistry& registry, OpDef def, Kind kind) {
+  // Already there (a second World, or a registry filled twice): keep it.
+  static_cast<void>(registry.add(std::move(def),
+                                 [kind](OpKernelConstruction& c) { return make_kernel(c, kind); }));
+}
+
+Output collective_node(Graph& g, std::string_view op, Output x, AttrMap attrs,
+                       std::string_view name, std::string_view key) {
+  // Graphs may be built before World::init.
+  static const bool registered = [] {
+    register_ops(OpRegistry::global());
+    return true;
+  }();
+  static_cast<void>(registered);
+  attrs.emplace("key", std::string(key));
+  Result<Node*> node = g.add_node(NodeSpec{.op = std::string(op),
+                                           .name = std::string(name.empty() ? op : name),
+                                           .inputs = {x},
+                                           .attrs = std::move(attrs)});
+  if (!node.is_ok()) return Output{};
+  return (*node)->output(0);
+}
+
+}  // namespace
+
+void register_ops(OpRegistry& registry) {
+  add(registry,
+      OpDef("MpiAllReduce")
+          .input("x", "T")
+          .output("y", "T")
+          .type_attr("T", numeric_dtypes())
+          .attr("reduction", std::string("sum"))
+          .attr("key", std::string())
+          .stateful()
+          .shape_fn(shape_fns::unchanged)
+          .doc("Every MPI rank's x, summed (or averaged) elementwise, on every rank."),
+      Kind::kAllReduce);
+  add(registry,
+      OpDef("MpiBroadcast")
+          .input("x", "T")
+          .output("y", "T")
+          .type_attr("T", all_dtypes())
+          .attr("root", int64_t{0})
+          .attr("key", std::string())
+          .stateful()
+          .shape_fn(shape_fns::unchanged)
+          .doc("The root rank's x on every MPI rank."),
+      Kind::kBroadcast);
+  add(registry,
+      OpDef("MpiAllGather")
+          .input("x", "T")
+          .output("y", "T")
+          .type_attr("T", all_dtypes())
+          .attr("key", std::string())
+          .stateful()
+          .shape_fn(gather_shape)
+          .doc("Every MPI rank's x concatenated along dimension 0 in rank order."),
+      Kind::kAllGather);
+}
+
+}  // namespace graphrun::mpi
+
+namespace graphrun::ops {
+
+Output AllReduce(Graph& g, Output x, mpi::Reduction reduction, std::string_view name,
+                 std::string_view key) {
+  return mpi::collective_node(
+      g, "MpiAllReduce", x,
+      {{"reduction", std::string(reduction == mpi::Reduction::kMean ? "mean" : "sum")}}, name, key);
+}
+
+Output Broadcast(Graph& g, Output x, int root, std::string_view name, std::string_view key) {
+  return mpi::collective_node(g, "MpiBroadcast", x, {{"root", int64_t{root}}}, name, key);
+}
+
+Output AllGather(Graph& g, Output x, std::string_view name, std::string_view key) {
+  return mpi::collective_node(g, "MpiAllGather", x, {}, name, key);
+}
+
+}  // namespace graphrun::ops

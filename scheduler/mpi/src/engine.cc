@@ -1,0 +1,206 @@
+#include "scheduler/mpi/src/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <limits>
+#include <utility>
+
+namespace graphrun::mpi::internal {
+
+namespace {
+// Rounds without progress the thread spins (yielding) before it sleeps,
+// and how long it sleeps at most: a peer that is late costs this thread
+// little, one that answers at once costs no sleep.
+constexpr int kSpinRounds = 256;
+constexpr auto kFirstSleep = std::chrono::microseconds(20);
+constexpr auto kLongestSleep = std::chrono::microseconds(1000);
+// How long the end of the engine waits for abandoned sends to complete.
+constexpr auto kDrainAtEnd = std::chrono::seconds(1);
+
+Status check_bytes(std::size_t bytes) {
+  if (bytes > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
+    return unimplemented("MPI messages of {} bytes: at most 2^31 - 1 bytes go in one message",
+                         bytes);
+  }
+  return Status::ok();
+}
+
+// A valid address for empty messages.
+char g_empty = 0;
+}  // namespace
+
+Status mpi_error(int code, const char* call) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  if (MPI_Error_string(code, text, &len) != MPI_SUCCESS) len = 0;
+  return unavailable("{}: {}", call, std::string_view(text, static_cast<std::size_t>(len)));
+}
+
+Status Round::send(const void* data, std::size_t bytes, int dest, int tag, MPI_Comm comm) {
+  GRAPHRUN_RETURN_IF_ERROR(check_bytes(bytes));
+  MPI_Request request = MPI_REQUEST_NULL;
+  const int rc = MPI_Isend(bytes == 0 ? &g_empty : data, static_cast<int>(bytes), MPI_BYTE, dest,
+                           tag, comm, &request);
+  if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Isend");
+  requests_.push_back(request);
+  receives_.push_back(0);
+  return Status::ok();
+}
+
+Status Round::recv(void* data, std::size_t bytes, int source, int tag, MPI_Comm comm) {
+  GRAPHRUN_RETURN_IF_ERROR(check_bytes(bytes));
+  MPI_Request request = MPI_REQUEST_NULL;
+  const int rc = MPI_Irecv(bytes == 0 ? &g_empty : data, static_cast<int>(bytes), MPI_BYTE, source,
+                           tag, comm, &request);
+  if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Irecv");
+  requests_.push_back(request);
+  receives_.push_back(1);
+  return Status::ok();
+}
+
+Engine::Engine(MPI_Comm comm) : comm_(comm), thread_([this] { loop(); }) {}
+
+Engine::~Engine() {
+  {
+    const std::lock_guard lock(mu_);
+    stopping_ = true;
+  }
+  cv_.notify_all();
+  thread_.join();
+}
+
+void Engine::submit(std::unique_ptr<Operation> op) {
+  {
+    const std::lock_guard lock(mu_);
+    queue_.push_back(std::move(op));
+  }
+  cv_.notify_one();
+}
+
+Status Engine::test(Round& round, bool& done) {
+  int flag = 0;
+  const int rc = MPI_Testall(static_cast<int>(round.requests_.size()), round.requests_.data(),
+                             &flag, MPI_STATUSES_IGNORE);
+  if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Testall");
+  done = flag != 0;
+  return Status::ok();
+}
+
+void Engine::drop(Active& a, Status why) {
+  for (std::size_t k = 0; k < a.round.requests_.size(); ++k) {
+    // A receive that already matched completes anyway; one that did not
+    // completes as cancelled. Sends complete when their peer receives.
+    if (a.round.receives_[k] != 0 && a.round.requests_[k] != MPI_REQUEST_NULL) {
+      MPI_Cancel(&a.round.requests_[k]);
+    }
+  }
+  a.op->abandon(std::move(why));
+  if (!a.round.empty()) draining_.push_back(std::move(a));
+}
+
+void Engine::loop() {
+  int idle = 0;
+  auto sleep = kFirstSleep;
+  for (;;) {
+    {
+      std::unique_lock lock(mu_);
+      auto wake = [&] { return stopping_ || !queue_.empty(); };
+      if (active_.empty() && draining_.empty()) {
+        cv_.wait(lock, wake);
+      } else if (idle > kSpinRounds) {
+        cv_.wait_for(lock, sleep, wake);
+        sleep = std::min(sleep * 2, kLongestSleep);
+      }
+      if (stopping_) break;
+      while (!queue_.empty()) {
+        active_.push_back(Active{std::move(queue_.front()), Round{}});
+        queue_.pop_front();
+        idle = 0;
+      }
+    }
+    bool progressed = false;
+    for (std::size_t k = 0; k < active_.size();) {
+      Active& a = active_[k];
+      bool finished = false;
+      if (a.op->stopped()) {
+        drop(a, cancelled("the step stopped while a collective waited"));
+        finished = true;
+      } else {
+        bool done = false;
+        Status s = test(a.round, done);
+        if (!s.is_ok()) {
+          drop(a, std::move(s));
+          finished = true;
+        } else if (done) {
+          a.round.requests_.clear();
+          a.round.receives_.clear();
+          finished = a.op->advance(a.round);
+          // Finished early (an error while posting): what it posted must
+          // complete before its buffers go.
+          if (finished && !a.round.empty()) {
+            for (std::size_t r = 0; r < a.round.requests_.size(); ++r) {
+              if (a.round.receives_[r] != 0) MPI_Cancel(&a.round.requests_[r]);
+            }
+            draining_.push_back(std::move(a));
+          }
+        }
+        progressed = progressed || done;
+      }
+      if (finished) {
+        progressed = true;
+        if (k + 1 != active_.size()) active_[k] = std::move(active_.back());
+        active_.pop_back();
+      } else {
+        ++k;
+      }
+    }
+    for (std::size_t k = 0; k < draining_.size();) {
+      bool done = false;
+      if (!test(draining_[k].round, done).is_ok() || done) {
+        if (k + 1 != draining_.size()) draining_[k] = std::move(draining_.back());
+        draining_.pop_back();
+      } else {
+        ++k;
+      }
+    }
+    if (progressed) {
+      idle = 0;
+      sleep = kFirstSleep;
+    } else if (++idle <= kSpinRounds) {
+      std::this_thread::yield();
+    }
+  }
+  // The end: what still waits is abandoned, then its sends get a moment.
+  for (Active& a : active_) drop(a, cancelled("the MPI world was shut down"));
+  active_.clear();
+  {
+    const std::lock_guard lock(mu_);
+    for (std::unique_ptr<Operation>& op : queue_)
+      op->abandon(cancelled("the MPI world was shut down"));
+    queue_.clear();
+  }
+  const auto give_up = std::chrono::steady_clock::now() + kDrainAtEnd;
+  while (!draining_.empty() && std::chrono::steady_clock::now() < give_up) {
+    for (std::size_t k = 0; k < draining_.size();) {
+      bool done = false;
+      if (!test(draining_[k].round, done).is_ok() || done) {
+        if (k + 1 != draining_.size()) draining_[k] = std::move(draining_.back());
+        draining_.pop_back();
+      } else {
+        ++k;
+      }
+    }
+    std::this_thread::sleep_for(kFirstSleep);
+  }
+  // Sends no peer will receive: MPI may still read their buffers until it
+  // is finalised, so they are left allocated.
+  for (Active& a : draining_) {
+    for (MPI_Request& r : a.round.requests_) {
+      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+    }
+    static_cast<void>(a.op.release());
+  }
+  draining_.clear();
+}
+
+}  // namespace graphrun::mpi::internal

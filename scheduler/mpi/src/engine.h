@@ -1,0 +1,92 @@
+// The progress engine: one thread makes every MPI call graphrun needs.
+// Kernels submit Operations (state machines over non-blocking requests);
+// the thread starts them, tests their requests and advances them round by
+// round, and ends each by calling its kernel's done. No oneTBB worker ever
+// waits in MPI.
+#pragma once
+
+#include <graphrun/status.h>
+#include <mpi.h>
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace graphrun::mpi::internal {
+
+// The requests of one round of an operation. Receives are told apart from
+// sends: a stopped operation cancels its receives, and its sends (which
+// MPI cannot take back) finish in the background.
+class Round {
+ public:
+  // Start a non-blocking send/receive of `bytes` bytes (< 2^31) with `tag`
+  // on `comm`; the buffer must stay valid until the round is over.
+  Status send(const void* data, std::size_t bytes, int dest, int tag, MPI_Comm comm);
+  Status recv(void* data, std::size_t bytes, int source, int tag, MPI_Comm comm);
+  bool empty() const { return requests_.empty(); }
+
+ private:
+  friend class Engine;
+  std::vector<MPI_Request> requests_;
+  std::vector<uint8_t> receives_;
+};
+
+// One collective (later also a Send or a Recv) in flight.
+// Thread safety: used by the progress thread only, after submit().
+class Operation {
+ public:
+  virtual ~Operation() = default;
+  // Starts or advances the operation once every request of the previous
+  // round has completed (the first call has none): posts the next round's
+  // requests into `round` and returns false, or finishes (having called
+  // its kernel's done) and returns true.
+  virtual bool advance(Round& round) = 0;
+  // The operation's step stopped (it is polled between rounds).
+  virtual bool stopped() const = 0;
+  // Ends the operation with `why` (a stop, an MPI error, the engine's
+  // end); called once, instead of finishing. The object stays alive until
+  // its sends complete.
+  virtual void abandon(Status why) = 0;
+};
+
+// Thread safety: submit() is thread-safe; the rest runs on its thread.
+class Engine {
+ public:
+  explicit Engine(MPI_Comm comm);
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+  // Abandons what is still in flight (Cancelled) and joins the thread.
+  ~Engine();
+
+  void submit(std::unique_ptr<Operation> op);
+  MPI_Comm comm() const { return comm_; }
+
+ private:
+  struct Active {
+    std::unique_ptr<Operation> op;
+    Round round;
+  };
+  void loop();
+  // Tests `round`; an MPI error is returned, completion in `done`.
+  static Status test(Round& round, bool& done);
+  void drop(Active& a, Status why);
+
+  MPI_Comm comm_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<Operation>> queue_;  // guarded by mu_
+  bool stopping_ = false;                         // guarded by mu_
+  // Progress thread only.
+  std::vector<Active> active_;
+  std::vector<Active> draining_;  // abandoned, sends still out
+  std::thread thread_;
+};
+
+// "MPI_Isend: <MPI's error string>" as Unavailable.
+Status mpi_error(int code, const char* call);
+
+}  // namespace graphrun::mpi::internal
