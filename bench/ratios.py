@@ -177,6 +177,11 @@ ROWS = [
      "remote runs/s, 8 client threads vs 1"),
     ("RemoteThroughput", "Session@8", "Session@1", "speedup", None,
      "in-process runs/s, 8 client threads vs 1"),
+    # Case 14 (bench/mpi/collectives_bench.cc, under mpirun): graphrun's AllReduce (a
+    # Callable, progress thread, point-to-point exchange) vs MPI_Allreduce, same ranks.
+    ("AllReduce4B", "Graphrun", "Mpi", "slowdown", None, "1 float: latency"),
+    ("AllReduce4K", "Graphrun", "Mpi", "slowdown", None, "1024 floats"),
+    ("AllReduce1M", "Graphrun", "Mpi", "slowdown", None, "262144 floats (1 MiB)"),
 ]
 
 # Cases whose per-node time is worth printing.

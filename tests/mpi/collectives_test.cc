@@ -121,6 +121,33 @@ TEST_F(MpiTest, AllReduceGivesEveryRankTheSameBits) {
   }
 }
 
+// Tensors past MPI's eager limit (a few KiB on shared memory) are sent only
+// once the peer posts the receive: 4 MiB each way, several in one step.
+TEST_F(MpiTest, LargeTensorsGoAcrossInEveryCollective) {
+  constexpr int64_t kFloats = int64_t{1} << 20;  // 4 MiB
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{kFloats}, "x");
+  Output sum = ops::AllReduce(g, x, mpi::Reduction::kSum, "big_sum");
+  Output root = ops::Broadcast(g, x, size() - 1, "big_bcast");
+  Output rows = ops::AllGather(g, ops::Reshape(g, x, {1, kFloats}), "big_gather");
+  auto s = session_with_threads(g);
+  for (int step = 0; step < 3; ++step) {
+    auto out =
+        s->run({{x, Tensor::filled<float>(Shape{kFloats}, static_cast<float>(rank() + step))}},
+               {sum, root, rows}, {}, bounded());
+    ASSERT_THAT(out, IsOk());
+    const float total = static_cast<float>(size() * (size() - 1) / 2 + size() * step);
+    EXPECT_TRUE((*out)[0].equals(Tensor::filled<float>(Shape{kFloats}, total)));
+    EXPECT_TRUE((*out)[1].equals(
+        Tensor::filled<float>(Shape{kFloats}, static_cast<float>(size() - 1 + step))));
+    ASSERT_EQ((*out)[2].shape(), (Shape{size(), kFloats}));
+    for (int r = 0; r < size(); ++r) {
+      EXPECT_EQ((*out)[2].flat<float>()[static_cast<std::size_t>(r * kFloats + kFloats - 1)],
+                static_cast<float>(r + step));
+    }
+  }
+}
+
 TEST_F(MpiTest, BroadcastGivesEveryRankTheRootsValue) {
   Graph g;
   Output x = ops::Placeholder(g, DType::kInt64, Shape{2}, "x");

@@ -154,12 +154,14 @@ class Collective final : public internal::Operation {
     return peer != rank_ && (kind_ != Kind::kBroadcast || peer == root_);
   }
 
+  // Round 1 exchanges only headers. A tensor's bytes go in round 2: a
+  // large send completes only once its peer has posted the receive, which
+  // the peer does in its round 2, after its round 1 (sending the bytes in
+  // round 1 would make each rank's round 1 wait for the other's round 2).
   Status post_headers(internal::Round& round) {
     for (int peer = 0; peer < size_; ++peer) {
       if (sends_to(peer)) {
         GRAPHRUN_RETURN_IF_ERROR(round.send(&mine_, sizeof(Header), peer, tag_, comm_));
-        GRAPHRUN_RETURN_IF_ERROR(
-            round.send(input_.raw_data(), input_.byte_size(), peer, tag_, comm_));
       }
       if (receives_from(peer)) {
         GRAPHRUN_RETURN_IF_ERROR(round.recv(&headers_[static_cast<std::size_t>(peer)],
@@ -211,6 +213,10 @@ class Collective final : public internal::Operation {
   // receive is over, also when the operation is abandoned).
   Status post_payloads(internal::Round& round) {
     for (int peer = 0; peer < size_; ++peer) {
+      if (sends_to(peer)) {
+        GRAPHRUN_RETURN_IF_ERROR(
+            round.send(input_.raw_data(), input_.byte_size(), peer, tag_, comm_));
+      }
       if (!receives_from(peer)) continue;
       const Header& h = headers_[static_cast<std::size_t>(peer)];
       Result<Shape> shape = shape_of(h);

@@ -36,25 +36,16 @@ Status mpi_error(int code, const char* call) {
   return unavailable("{}: {}", call, std::string_view(text, static_cast<std::size_t>(len)));
 }
 
-Status Round::send(const void* data, std::size_t bytes, int dest, int tag, MPI_Comm comm) {
+Status Round::post(bool receive, void* data, std::size_t bytes, int peer, int tag, MPI_Comm comm) {
   GRAPHRUN_RETURN_IF_ERROR(check_bytes(bytes));
+  void* buffer = bytes == 0 ? &g_empty : data;
+  const int count = static_cast<int>(bytes);
   MPI_Request request = MPI_REQUEST_NULL;
-  const int rc = MPI_Isend(bytes == 0 ? &g_empty : data, static_cast<int>(bytes), MPI_BYTE, dest,
-                           tag, comm, &request);
-  if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Isend");
+  const int rc = receive ? MPI_Irecv(buffer, count, MPI_BYTE, peer, tag, comm, &request)
+                         : MPI_Isend(buffer, count, MPI_BYTE, peer, tag, comm, &request);
+  if (rc != MPI_SUCCESS) return mpi_error(rc, receive ? "MPI_Irecv" : "MPI_Isend");
   requests_.push_back(request);
-  receives_.push_back(0);
-  return Status::ok();
-}
-
-Status Round::recv(void* data, std::size_t bytes, int source, int tag, MPI_Comm comm) {
-  GRAPHRUN_RETURN_IF_ERROR(check_bytes(bytes));
-  MPI_Request request = MPI_REQUEST_NULL;
-  const int rc = MPI_Irecv(bytes == 0 ? &g_empty : data, static_cast<int>(bytes), MPI_BYTE, source,
-                           tag, comm, &request);
-  if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Irecv");
-  requests_.push_back(request);
-  receives_.push_back(1);
+  receives_.push_back(receive ? 1 : 0);
   return Status::ok();
 }
 
@@ -96,6 +87,18 @@ void Engine::drop(Active& a, Status why) {
   }
   a.op->abandon(std::move(why));
   if (!a.round.empty()) draining_.push_back(std::move(a));
+}
+
+void Engine::test_draining() {
+  for (std::size_t k = 0; k < draining_.size();) {
+    bool done = false;
+    if (!test(draining_[k].round, done).is_ok() || done) {
+      if (k + 1 != draining_.size()) draining_[k] = std::move(draining_.back());
+      draining_.pop_back();
+    } else {
+      ++k;
+    }
+  }
 }
 
 void Engine::loop() {
@@ -154,15 +157,7 @@ void Engine::loop() {
         ++k;
       }
     }
-    for (std::size_t k = 0; k < draining_.size();) {
-      bool done = false;
-      if (!test(draining_[k].round, done).is_ok() || done) {
-        if (k + 1 != draining_.size()) draining_[k] = std::move(draining_.back());
-        draining_.pop_back();
-      } else {
-        ++k;
-      }
-    }
+    test_draining();
     if (progressed) {
       idle = 0;
       sleep = kFirstSleep;
@@ -181,15 +176,7 @@ void Engine::loop() {
   }
   const auto give_up = std::chrono::steady_clock::now() + kDrainAtEnd;
   while (!draining_.empty() && std::chrono::steady_clock::now() < give_up) {
-    for (std::size_t k = 0; k < draining_.size();) {
-      bool done = false;
-      if (!test(draining_[k].round, done).is_ok() || done) {
-        if (k + 1 != draining_.size()) draining_[k] = std::move(draining_.back());
-        draining_.pop_back();
-      } else {
-        ++k;
-      }
-    }
+    test_draining();
     std::this_thread::sleep_for(kFirstSleep);
   }
   // Sends no peer will receive: MPI may still read their buffers until it

@@ -25,12 +25,18 @@ class Round {
  public:
   // Start a non-blocking send/receive of `bytes` bytes (< 2^31) with `tag`
   // on `comm`; the buffer must stay valid until the round is over.
-  Status send(const void* data, std::size_t bytes, int dest, int tag, MPI_Comm comm);
-  Status recv(void* data, std::size_t bytes, int source, int tag, MPI_Comm comm);
+  Status send(const void* data, std::size_t bytes, int dest, int tag, MPI_Comm comm) {
+    // MPI_Isend only reads the buffer.
+    return post(false, const_cast<void*>(data), bytes, dest, tag, comm);
+  }
+  Status recv(void* data, std::size_t bytes, int source, int tag, MPI_Comm comm) {
+    return post(true, data, bytes, source, tag, comm);
+  }
   bool empty() const { return requests_.empty(); }
 
  private:
   friend class Engine;
+  Status post(bool receive, void* data, std::size_t bytes, int peer, int tag, MPI_Comm comm);
   std::vector<MPI_Request> requests_;
   std::vector<uint8_t> receives_;
 };
@@ -74,6 +80,8 @@ class Engine {
   // Tests `round`; an MPI error is returned, completion in `done`.
   static Status test(Round& round, bool& done);
   void drop(Active& a, Status why);
+  // Forgets the abandoned operations whose requests have all completed.
+  void test_draining();
 
   MPI_Comm comm_;
   std::mutex mu_;
