@@ -116,11 +116,11 @@ inline OpKernelContext RunState::make_context(const NodeItem& item) {
       slots_.data() + item.output_base, runtime_, &cancellation_, control_.step_id);
 }
 
-inline Status RunState::call_kernel(const NodeItem& item) noexcept {
-  OpKernelContext ctx = make_context(item);
+namespace {
+// The status of the exception a kernel threw (call inside a catch block).
+[[gnu::noinline, gnu::cold]] Status thrown_status() noexcept {
   try {
-    Status s = item.kernel->compute(ctx);
-    if (!s.is_ok()) return s;
+    throw;
   } catch (const std::bad_alloc&) {
     return resource_exhausted("out of memory");
   } catch (const std::exception& e) {
@@ -128,12 +128,27 @@ inline Status RunState::call_kernel(const NodeItem& item) noexcept {
   } catch (...) {
     return internal_error("kernel threw a non-standard exception");
   }
+}
+}  // namespace
+
+Status RunState::check_outputs(const NodeItem& item) const {
   for (int32_t o = 0; o < item.num_outputs; ++o) {
     if (!slots_[static_cast<std::size_t>(item.output_base + o)].is_initialized()) {
       return internal_error("the kernel did not produce output {}", o);
     }
   }
   return Status::ok();
+}
+
+inline Status RunState::call_kernel(const NodeItem& item) noexcept {
+  OpKernelContext ctx = make_context(item);
+  try {
+    Status s = item.kernel->compute(ctx);
+    if (!s.is_ok()) return s;
+  } catch (...) {
+    return thrown_status();
+  }
+  return check_outputs(item);
 }
 
 void RunState::record_stats(const NodeItem& item, NodeExecStats& stat, int64_t start_ns) {
@@ -232,12 +247,8 @@ bool RunState::execute_async(int32_t i, AsyncNotify notify, void* arg) noexcept 
   AsyncOpKernel* kernel = item.kernel->as_async();
   try {
     kernel->compute_async(*a.ctx, done);
-  } catch (const std::bad_alloc&) {
-    done(resource_exhausted("out of memory"));
-  } catch (const std::exception& e) {
-    done(internal_error("kernel threw: {}", e.what()));
   } catch (...) {
-    done(internal_error("kernel threw a non-standard exception"));
+    done(thrown_status());
   }
   return true;
 }
@@ -249,14 +260,7 @@ void RunState::finish_async(int32_t i) noexcept {
   a.ctx.reset();
   const NodeItem& item = plan_.nodes[static_cast<std::size_t>(i)];
   Status s = std::move(a.status);
-  if (s.is_ok()) {
-    for (int32_t o = 0; o < item.num_outputs; ++o) {
-      if (!slots_[static_cast<std::size_t>(item.output_base + o)].is_initialized()) {
-        s = internal_error("the kernel did not produce output {}", o);
-        break;
-      }
-    }
-  }
+  if (s.is_ok()) s = check_outputs(item);
   end_node(i, item, a.checks, a.start_ns, s);
 }
 

@@ -127,6 +127,8 @@ class RunState {
             control_.session_closed->load(std::memory_order_relaxed));  // relaxed: advisory
   }
   Status call_kernel(const NodeItem& item) noexcept;
+  // Internal unless every output of `item` was produced.
+  Status check_outputs(const NodeItem& item) const;
   OpKernelContext make_context(const NodeItem& item);
   // The end of a node whose kernel ran: the interrupt check, its error, its
   // statistics, its inputs released.

@@ -77,14 +77,18 @@ Status Engine::test(Round& round, bool& done) {
   return Status::ok();
 }
 
-void Engine::drop(Active& a, Status why) {
-  for (std::size_t k = 0; k < a.round.requests_.size(); ++k) {
+void Engine::cancel_receives(Round& round) {
+  for (std::size_t k = 0; k < round.requests_.size(); ++k) {
     // A receive that already matched completes anyway; one that did not
     // completes as cancelled. Sends complete when their peer receives.
-    if (a.round.receives_[k] != 0 && a.round.requests_[k] != MPI_REQUEST_NULL) {
-      MPI_Cancel(&a.round.requests_[k]);
+    if (round.receives_[k] != 0 && round.requests_[k] != MPI_REQUEST_NULL) {
+      MPI_Cancel(&round.requests_[k]);
     }
   }
+}
+
+void Engine::drop(Active& a, Status why) {
+  cancel_receives(a.round);
   a.op->abandon(std::move(why));
   if (!a.round.empty()) draining_.push_back(std::move(a));
 }
@@ -141,9 +145,7 @@ void Engine::loop() {
           // Finished early (an error while posting): what it posted must
           // complete before its buffers go.
           if (finished && !a.round.empty()) {
-            for (std::size_t r = 0; r < a.round.requests_.size(); ++r) {
-              if (a.round.receives_[r] != 0) MPI_Cancel(&a.round.requests_[r]);
-            }
+            cancel_receives(a.round);
             draining_.push_back(std::move(a));
           }
         }

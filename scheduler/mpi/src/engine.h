@@ -80,6 +80,8 @@ class Engine {
   // Tests `round`; an MPI error is returned, completion in `done`.
   static Status test(Round& round, bool& done);
   void drop(Active& a, Status why);
+  // MPI_Cancel on the round's receives still out.
+  static void cancel_receives(Round& round);
   // Forgets the abandoned operations whose requests have all completed.
   void test_draining();
 
