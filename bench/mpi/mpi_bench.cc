@@ -1,0 +1,229 @@
+// Case 14: graphrun's MPI ops against MPI's own calls, the same tensors on
+// the same ranks in the same processes. Run under mpirun:
+//
+//   mpirun -np 2 --bind-to none build/release/bench/graphrun_mpi_bench
+//
+// * AllReduce: `Graphrun` is a prepared Callable of one MpiAllReduce node
+//   (feed x, fetch the sum) on a 1-thread session of each rank; `Mpi` is
+//   MPI_Allreduce on MPI_COMM_WORLD over the same floats (the fastest plain
+//   form of the same work). Sizes: 1 float, 1024 floats (4 KiB), 262144
+//   floats (1 MiB).
+// * PingPong: a round trip between ranks 0 and 1. `Graphrun`: rank 0's
+//   Callable feeds x to a Send and fetches the Recv of the answer; rank 1's
+//   Callable receives it and sends it back (one step on each rank per
+//   round trip, 1-thread sessions). `Mpi`: MPI_Send then MPI_Recv on rank
+//   0, MPI_Recv then MPI_Send on rank 1, over the same bytes. 4 bytes
+//   (latency) and 1 MiB (bandwidth: 2 MiB moved per round trip).
+// Every rank runs the same fixed number of iterations (each needs its
+// peers); only rank 0 reports; ranks past 1 sit the ping-pongs out.
+#include <benchmark/benchmark.h>
+#include <graphrun/graphrun.h>
+#include <graphrun/mpi.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+namespace {
+
+using graphrun::DType;
+using graphrun::Graph;
+using graphrun::Output;
+using graphrun::Session;
+using graphrun::SessionOptions;
+using graphrun::Shape;
+using graphrun::Tensor;
+
+constexpr int kIterations = 300;
+
+void graphrun_allreduce(benchmark::State& state, int64_t n) {
+  Graph g;
+  Output x = graphrun::ops::Placeholder(g, DType::kFloat32, Shape{n}, "x");
+  Output sum = graphrun::ops::AllReduce(g, x, graphrun::mpi::Reduction::kSum, "sum");
+  SessionOptions options;
+  options.inter_op_threads = 1;
+  auto session = Session::create(g, options).value();
+  auto callable = session->make_callable({x}, {sum}).value();
+  const Tensor feed = Tensor::filled<float>(Shape{n}, 1.0f);
+  std::vector<Tensor> out(1);
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (auto _ : state) {
+    if (!callable.run({&feed, 1}, out).is_ok()) state.SkipWithError("AllReduce failed");
+  }
+  state.SetBytesProcessed(state.iterations() * n * static_cast<int64_t>(sizeof(float)));
+}
+
+void mpi_allreduce(benchmark::State& state, int64_t n) {
+  std::vector<float> in(static_cast<std::size_t>(n), 1.0f);
+  std::vector<float> out(static_cast<std::size_t>(n));
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (auto _ : state) {
+    MPI_Allreduce(in.data(), out.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * n * static_cast<int64_t>(sizeof(float)));
+}
+
+// Rank 0's step sends x and fetches the answer; rank 1's receives and
+// sends back.
+void graphrun_ping_pong(benchmark::State& state, int64_t n) {
+  const int rank = graphrun::mpi::World::current()->rank();
+  if (rank > 1) {
+    for (auto _ : state) {
+    }
+    return;
+  }
+  Graph g;
+  SessionOptions options;
+  options.inter_op_threads = 1;
+  std::vector<Tensor> out(1);
+  if (rank == 0) {
+    Output x = graphrun::ops::Placeholder(g, DType::kFloat32, Shape{n}, "x");
+    const graphrun::Node* ping = graphrun::ops::Send(g, x, 1, "ping");
+    Output pong = graphrun::ops::Recv(g, DType::kFloat32, 1, "pong", Shape{n});
+    auto session = Session::create(g, options).value();
+    auto callable = session->make_callable({x}, {pong}, {ping}).value();
+    const Tensor feed = Tensor::filled<float>(Shape{n}, 1.0f);
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (auto _ : state) {
+      if (graphrun::Status st = callable.run({&feed, 1}, out); !st.is_ok()) {
+        std::fprintf(stderr, "rank 0: %s\n", st.to_string().c_str());
+        state.SkipWithError("ping-pong failed");
+        break;
+      }
+    }
+  } else {
+    Output got = graphrun::ops::Recv(g, DType::kFloat32, 0, "ping", Shape{n});
+    const graphrun::Node* back = graphrun::ops::Send(g, got, 0, "pong");
+    auto session = Session::create(g, options).value();
+    auto callable = session->make_callable({}, {}, {back}).value();
+    MPI_Barrier(MPI_COMM_WORLD);
+    for (auto _ : state) {
+      if (graphrun::Status st = callable.run({}, {}); !st.is_ok()) {
+        std::fprintf(stderr, "rank 1: %s\n", st.to_string().c_str());
+        state.SkipWithError("ping-pong failed");
+        break;
+      }
+    }
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * n * static_cast<int64_t>(sizeof(float)));
+}
+
+// One step sending x to this rank and fetching it back: the cost of a
+// step with a Send and a Recv that MPI completes at once (no peer).
+void graphrun_to_self(benchmark::State& state) {
+  const int rank = graphrun::mpi::World::current()->rank();
+  Graph g;
+  Output x = graphrun::ops::Placeholder(g, DType::kFloat32, Shape{1}, "x");
+  const graphrun::Node* send = graphrun::ops::Send(g, x, rank, "self");
+  Output back = graphrun::ops::Recv(g, DType::kFloat32, rank, "self", Shape{1});
+  SessionOptions options;
+  options.inter_op_threads = 1;
+  auto session = Session::create(g, options).value();
+  auto callable = session->make_callable({x}, {back}, {send}).value();
+  const Tensor feed = Tensor::filled<float>(Shape{1}, 1.0f);
+  std::vector<Tensor> out(1);
+  for (auto _ : state) {
+    if (graphrun::Status st = callable.run({&feed, 1}, out); !st.is_ok()) {
+      state.SkipWithError(st.to_string().c_str());
+      break;
+    }
+  }
+}
+
+void mpi_ping_pong(benchmark::State& state, int64_t n) {
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::vector<float> buffer(static_cast<std::size_t>(n), 1.0f);
+  const int count = static_cast<int>(n);
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (auto _ : state) {
+    if (rank == 0) {
+      MPI_Send(buffer.data(), count, MPI_FLOAT, 1, 7, MPI_COMM_WORLD);
+      MPI_Recv(buffer.data(), count, MPI_FLOAT, 1, 8, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    } else if (rank == 1) {
+      MPI_Recv(buffer.data(), count, MPI_FLOAT, 0, 7, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      MPI_Send(buffer.data(), count, MPI_FLOAT, 0, 8, MPI_COMM_WORLD);
+    }
+    benchmark::DoNotOptimize(buffer.data());
+  }
+  state.SetBytesProcessed(state.iterations() * 2 * n * static_cast<int64_t>(sizeof(float)));
+}
+
+void register_all() {
+  const std::pair<const char*, int64_t> sizes[] = {{"4B", 1}, {"4K", 1024}, {"1M", 262144}};
+  for (const auto& [label, n] : sizes) {
+    const int64_t count = n;
+    benchmark::RegisterBenchmark((std::string("BM_AllReduce") + label + "_Graphrun").c_str(),
+                                 [count](benchmark::State& s) { graphrun_allreduce(s, count); })
+        ->Iterations(kIterations)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark((std::string("BM_AllReduce") + label + "_Mpi").c_str(),
+                                 [count](benchmark::State& s) { mpi_allreduce(s, count); })
+        ->Iterations(kIterations)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
+  benchmark::RegisterBenchmark("BM_SendRecvToSelf4B_Graphrun", graphrun_to_self)
+      ->Iterations(2000)
+      ->UseRealTime()
+      ->Unit(benchmark::kMicrosecond);
+  if (graphrun::mpi::World::current()->size() < 2) return;
+  const std::tuple<const char*, int64_t, int> pings[] = {{"4B", 1, 2000}, {"1M", 262144, 300}};
+  for (const auto& [label, n, iterations] : pings) {
+    const int64_t count = n;
+    benchmark::RegisterBenchmark((std::string("BM_PingPong") + label + "_Graphrun").c_str(),
+                                 [count](benchmark::State& s) { graphrun_ping_pong(s, count); })
+        ->Iterations(iterations)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+    benchmark::RegisterBenchmark((std::string("BM_PingPong") + label + "_Mpi").c_str(),
+                                 [count](benchmark::State& s) { mpi_ping_pong(s, count); })
+        ->Iterations(iterations)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
+  }
+}
+
+// Ranks other than 0 run every benchmark (each collective needs them) and
+// report nothing.
+class Silent : public benchmark::BenchmarkReporter {
+ public:
+  bool ReportContext(const Context&) override { return true; }
+  void ReportRuns(const std::vector<Run>&) override {}
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto world = graphrun::mpi::World::init(&argc, &argv);
+  if (!world.is_ok()) {
+    std::fprintf(stderr, "%s\n", world.status().to_string().c_str());
+    return 1;
+  }
+  // Only rank 0 writes a --benchmark_out file.
+  if ((*world)->rank() != 0) {
+    argc =
+        static_cast<int>(std::remove_if(argv + 1, argv + argc,
+                                        [](const char* a) {
+                                          return std::string_view(a).starts_with("--benchmark_out");
+                                        }) -
+                         argv);
+  }
+  benchmark::Initialize(&argc, argv);
+  register_all();
+  if ((*world)->rank() == 0) {
+    benchmark::RunSpecifiedBenchmarks();
+  } else {
+    Silent silent;
+    benchmark::RunSpecifiedBenchmarks(&silent);
+  }
+  benchmark::Shutdown();
+  world->reset();
+  return 0;
+}

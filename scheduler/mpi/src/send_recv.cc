@@ -1,0 +1,272 @@
+// MpiSend and MpiRecv: one tensor from one rank to another, as asynchronous
+// kernels over the progress engine. A transfer is a header (dtype, shape,
+// byte size, the tensor name's hash and the invocation) and, unless the
+// tensor is empty, a second message of its raw bytes, sent straight from
+// the tensor's buffer and received into a tensor allocated from the header,
+// so MPI copies it once. Both go with the same tag from the same rank, and
+// MPI keeps two such messages in order. The n-th Send of a tensor name to a
+// rank meets the n-th Recv of that name from that rank.
+#include <graphrun/mpi.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+#include "scheduler/mpi/src/engine.h"
+#include "scheduler/mpi/src/wire.h"
+
+namespace graphrun::mpi {
+
+namespace {
+
+using internal::Header;
+
+// Sends and receives of one tensor name count their invocations apart per
+// peer and direction.
+uint64_t counter_of(uint64_t hash, int peer, bool send) {
+  return hash ^ (0x9e3779b97f4a7c15ull * (2 * static_cast<uint64_t>(peer) + (send ? 1 : 0) + 1));
+}
+
+// The shared part of both kernels: the step's context and done, called once.
+class Transfer : public internal::Operation {
+ public:
+  Transfer(OpKernelContext& ctx, AsyncOpKernel::Done done, int peer, int tag, MPI_Comm comm)
+      : ctx_(&ctx), done_(std::move(done)), peer_(peer), tag_(tag), comm_(comm) {}
+
+  bool stopped() const override { return ctx_ != nullptr && ctx_->is_cancelled(); }
+  void abandon(Status why) override { static_cast<void>(finish(std::move(why))); }
+
+ protected:
+  bool finish(Status s) {
+    if (ctx_ != nullptr) {
+      ctx_ = nullptr;
+      AsyncOpKernel::Done done = std::move(done_);
+      done(std::move(s));
+    }
+    return true;
+  }
+
+  OpKernelContext* ctx_;  // null once done was called
+  AsyncOpKernel::Done done_;
+  const int peer_;
+  const int tag_;
+  const MPI_Comm comm_;
+};
+
+class SendOp final : public Transfer {
+ public:
+  SendOp(OpKernelContext& ctx, AsyncOpKernel::Done done, int peer, uint64_t hash,
+         uint64_t invocation, MPI_Comm comm)
+      : Transfer(ctx, std::move(done), peer, internal::tag_of(hash, invocation), comm),
+        input_(ctx.input(0)),
+        header_(internal::header_of(input_, hash, invocation)) {}
+
+  bool advance(internal::Round& round) override {
+    if (posted_) return finish(Status::ok());
+    posted_ = true;
+    // Header and bytes at once: the receiver posts its receive of the
+    // bytes as soon as the header is in, and nothing it waits for depends
+    // on this round.
+    Status s = round.send(&header_, sizeof(Header), peer_, tag_, comm_);
+    if (s.is_ok() && input_.byte_size() != 0) {
+      s = round.send(input_.raw_data(), input_.byte_size(), peer_, tag_, comm_);
+    }
+    if (!s.is_ok()) return finish(std::move(s));
+    return false;
+  }
+
+ private:
+  const Tensor input_;  // keeps the sent bytes alive
+  const Header header_;
+  bool posted_ = false;
+};
+
+class RecvOp final : public Transfer {
+ public:
+  RecvOp(OpKernelContext& ctx, AsyncOpKernel::Done done, int peer, uint64_t hash,
+         uint64_t invocation, MPI_Comm comm, DType dtype, Shape shape, const std::string* what)
+      : Transfer(ctx, std::move(done), peer, internal::tag_of(hash, invocation), comm),
+        hash_(hash),
+        invocation_(invocation),
+        dtype_(dtype),
+        shape_(std::move(shape)),
+        what_(what) {}
+
+  bool advance(internal::Round& round) override {
+    switch (stage_) {
+      case 0:
+        stage_ = 1;
+        if (Status s = round.recv(&header_, sizeof(Header), peer_, tag_, comm_); !s.is_ok()) {
+          return finish(std::move(s));
+        }
+        return false;
+      case 1: {
+        stage_ = 2;
+        status_ = check_header();
+        if (status_.is_ok()) {
+          Result<Tensor> t = internal::tensor_for(header_);
+          if (t.is_ok()) {
+            value_ = std::move(*t);
+          } else {
+            status_ = internal_error("{}: rank {} sent a malformed header: {}", *what_, peer_,
+                                     t.status().message());
+          }
+        }
+        if (header_.bytes == 0) return finish(produce());
+        Status s;
+        if (status_.is_ok()) {
+          s = round.recv(value_.raw_data(), value_.byte_size(), peer_, tag_, comm_);
+        } else {
+          // Received anyway, so that the sender's send completes.
+          drain_.resize(static_cast<std::size_t>(std::min<uint64_t>(header_.bytes, INT32_MAX)));
+          s = round.recv(drain_.data(), drain_.size(), peer_, tag_, comm_);
+        }
+        if (!s.is_ok()) return finish(std::move(s));
+        return false;
+      }
+      default: return finish(produce());
+    }
+  }
+
+ private:
+  Status check_header() const {
+    if (header_.key_hash != hash_ || header_.invocation != invocation_) {
+      return internal_error(
+          "{}: rank {} sent invocation {} of another tensor (name hash {:x}) where this Recv "
+          "waited for invocation {} (name hash {:x})",
+          *what_, peer_, header_.invocation, header_.key_hash, invocation_, hash_);
+    }
+    if (header_.dtype != static_cast<int32_t>(dtype_)) {
+      GRAPHRUN_RETURN_IF_ERROR(internal::check_dtype(header_));
+      return invalid_argument("{}: rank {} sent {} where this Recv expects {}", *what_, peer_,
+                              static_cast<DType>(header_.dtype), dtype_);
+    }
+    GRAPHRUN_ASSIGN_OR_RETURN(Shape shape, internal::shape_of(header_));
+    if (!shape.is_compatible_with(shape_)) {
+      return invalid_argument("{}: rank {} sent shape {} where this Recv expects {}", *what_, peer_,
+                              shape, shape_);
+    }
+    return Status::ok();
+  }
+
+  Status produce() {
+    GRAPHRUN_RETURN_IF_ERROR(status_);
+    return ctx_->set_output(0, std::move(value_));
+  }
+
+  const uint64_t hash_;
+  const uint64_t invocation_;
+  const DType dtype_;
+  const Shape shape_;
+  const std::string* what_;  // the kernel's, which outlives the step
+  int stage_ = 0;
+  Status status_;
+  Header header_;
+  Tensor value_;
+  std::vector<char> drain_;
+};
+
+class TransferKernel final : public AsyncOpKernel {
+ public:
+  TransferKernel(std::shared_ptr<World> world, bool send, int peer, uint64_t hash, DType dtype,
+                 Shape shape, std::string what)
+      : world_(std::move(world)),
+        send_(send),
+        peer_(peer),
+        hash_(hash),
+        counter_(counter_of(hash, peer, send)),
+        dtype_(dtype),
+        shape_(std::move(shape)),
+        what_(std::move(what)) {}
+
+  void compute_async(OpKernelContext& ctx, Done done) override {
+    const uint64_t invocation = world_->next_invocation(counter_);
+    internal::Engine& engine = world_->engine();
+    if (send_) {
+      engine.start(
+          std::make_unique<SendOp>(ctx, std::move(done), peer_, hash_, invocation, engine.comm()));
+    } else {
+      engine.start(std::make_unique<RecvOp>(ctx, std::move(done), peer_, hash_, invocation,
+                                            engine.comm(), dtype_, shape_, &what_));
+    }
+  }
+
+ private:
+  std::shared_ptr<World> world_;  // the progress thread outlives every kernel
+  const bool send_;
+  const int peer_;
+  const uint64_t hash_;
+  const uint64_t counter_;
+  const DType dtype_;
+  const Shape shape_;
+  const std::string what_;
+};
+
+Result<std::unique_ptr<OpKernel>> make_transfer(OpKernelConstruction& c, bool send) {
+  std::shared_ptr<World> world = World::current();
+  const Node& node = c.node();
+  if (world == nullptr) {
+    return failed_precondition("{} needs graphrun::mpi::World::init() first", node.describe());
+  }
+  GRAPHRUN_ASSIGN_OR_RETURN(std::string name, c.attr<std::string>("tensor_name"));
+  if (name.empty()) {
+    return invalid_argument("{}: tensor_name is empty; a Send and its Recv meet by it",
+                            node.describe());
+  }
+  GRAPHRUN_ASSIGN_OR_RETURN(int64_t peer, c.attr<int64_t>(send ? "dest" : "source"));
+  if (peer < 0 || peer >= world->size()) {
+    return invalid_argument("{}: {} {} is not a rank of this world of {}", node.describe(),
+                            send ? "dest" : "source", peer, world->size());
+  }
+  // Tensor names and collective keys share the tag space, apart by prefix.
+  const std::string key = "tensor " + name;
+  const uint64_t hash = internal::hash_key(key);
+  GRAPHRUN_RETURN_IF_ERROR(internal::claim_key_id(key, hash, "key"));
+  DType dtype = DType::kFloat32;
+  Shape shape = Shape::unknown();
+  if (!send) {
+    GRAPHRUN_ASSIGN_OR_RETURN(dtype, c.attr<DType>("T"));
+    GRAPHRUN_ASSIGN_OR_RETURN(shape, c.attr<Shape>("shape"));
+  }
+  return std::make_unique<TransferKernel>(std::move(world), send, static_cast<int>(peer), hash,
+                                          dtype, std::move(shape), node.describe());
+}
+
+Status recv_shape(InferenceContext& c) {
+  GRAPHRUN_ASSIGN_OR_RETURN(Shape shape, c.attr<Shape>("shape"));
+  c.set_output(0, shape);
+  return Status::ok();
+}
+
+}  // namespace
+
+namespace internal {
+
+void register_transfer_ops(OpRegistry& registry) {
+  static_cast<void>(registry.add(OpDef("MpiSend")
+                                     .input("x", "T")
+                                     .type_attr("T", all_dtypes())
+                                     .attr("tensor_name", std::string())
+                                     .attr("dest", int64_t{0})
+                                     .stateful()
+                                     .doc("Sends x to MPI rank `dest`, to the MpiRecv of the same "
+                                          "tensor_name there."),
+                                 [](OpKernelConstruction& c) { return make_transfer(c, true); }));
+  static_cast<void>(registry.add(OpDef("MpiRecv")
+                                     .output("y", "T")
+                                     .type_attr("T", all_dtypes())
+                                     .attr("tensor_name", std::string())
+                                     .attr("source", int64_t{0})
+                                     .attr("shape", Shape::unknown())
+                                     .stateful()
+                                     .shape_fn(recv_shape)
+                                     .doc("The tensor MPI rank `source` sent with the same "
+                                          "tensor_name."),
+                                 [](OpKernelConstruction& c) { return make_transfer(c, false); }));
+}
+
+}  // namespace internal
+
+}  // namespace graphrun::mpi

@@ -1,0 +1,77 @@
+#include "scheduler/mpi/src/wire.h"
+
+#include <mutex>
+#include <span>
+#include <unordered_map>
+
+namespace graphrun::mpi::internal {
+
+namespace {
+int key_id(uint64_t hash) {
+  return static_cast<int>((hash ^ (hash >> 32)) & ((uint64_t{1} << kKeyBits) - 1));
+}
+}  // namespace
+
+uint64_t hash_key(std::string_view key) {
+  uint64_t h = 1469598103934665603ull;
+  for (const char c : key) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 1099511628211ull;
+  }
+  return h;
+}
+
+int tag_of(uint64_t hash, uint64_t invocation) {
+  return key_id(hash) << kInvocationBits |
+         static_cast<int>(invocation & ((uint64_t{1} << kInvocationBits) - 1));
+}
+
+Status claim_key_id(const std::string& key, uint64_t hash, std::string_view what) {
+  static std::mutex mu;
+  static std::unordered_map<int, std::string> owners;
+  const std::lock_guard lock(mu);
+  auto [it, inserted] = owners.emplace(key_id(hash), key);
+  if (!inserted && it->second != key) {
+    return invalid_argument("{}s '{}' and '{}' map to the same MPI tag; rename one of them", what,
+                            it->second, key);
+  }
+  return Status::ok();
+}
+
+Header header_of(const Tensor& t, uint64_t key_hash, uint64_t invocation) {
+  Header h;
+  h.key_hash = key_hash;
+  h.invocation = invocation;
+  h.dtype = static_cast<int32_t>(t.dtype());
+  h.rank = t.shape().rank();
+  for (int i = 0; i < h.rank; ++i) h.dims[i] = t.shape().dim(i);
+  h.bytes = t.byte_size();
+  return h;
+}
+
+Result<Shape> shape_of(const Header& h) {
+  if (h.rank < 0 || h.rank > Shape::kMaxRank) return internal_error("a header of rank {}", h.rank);
+  return Shape::make(std::span<const int64_t>(h.dims, static_cast<std::size_t>(h.rank)));
+}
+
+Status check_dtype(const Header& h) {
+  const auto d = static_cast<DType>(h.dtype);
+  const bool known = d == DType::kFloat32 || d == DType::kFloat64 || d == DType::kInt32 ||
+                     d == DType::kInt64 || d == DType::kBool;
+  if (!known) return internal_error("a header of dtype {}", h.dtype);
+  return Status::ok();
+}
+
+Result<Tensor> tensor_for(const Header& h) {
+  GRAPHRUN_RETURN_IF_ERROR(check_dtype(h));
+  GRAPHRUN_ASSIGN_OR_RETURN(Shape shape, shape_of(h));
+  GRAPHRUN_ASSIGN_OR_RETURN(Tensor t,
+                            Tensor::allocate_uninitialized(static_cast<DType>(h.dtype), shape));
+  if (t.byte_size() != h.bytes) {
+    return internal_error("a header of {} bytes for a {} tensor of shape {}", h.bytes,
+                          static_cast<DType>(h.dtype), shape);
+  }
+  return t;
+}
+
+}  // namespace graphrun::mpi::internal

@@ -1,0 +1,54 @@
+// What graphrun's MPI messages share: the header that precedes a tensor's
+// bytes, and the tags that keep unrelated messages apart. A message's tag
+// is a key's 20-bit id (the collective's key, a Send/Recv pair's tensor
+// name) and 10 bits of the invocation number on that key; the header
+// repeats the key's full hash and the invocation, checked on receipt.
+#pragma once
+
+#include <graphrun/op_kernel.h>
+#include <graphrun/status.h>
+#include <graphrun/tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace graphrun::mpi::internal {
+
+inline constexpr int kKeyBits = 20;
+inline constexpr int kInvocationBits = 10;
+
+// FNV-1a of `key`.
+uint64_t hash_key(std::string_view key);
+
+// The tag of invocation `invocation` of the key hashed `hash`.
+int tag_of(uint64_t hash, uint64_t invocation);
+
+// Two keys of one process on the same tag bits would mix their messages:
+// the second key to claim an id is refused (InvalidArgument naming both).
+// `what` says what kind of key it is ("collective key", "tensor name").
+Status claim_key_id(const std::string& key, uint64_t hash, std::string_view what);
+
+// What precedes each tensor.
+struct Header {
+  uint64_t key_hash = 0;
+  uint64_t invocation = 0;
+  int32_t dtype = 0;
+  int32_t rank = 0;
+  int64_t dims[Shape::kMaxRank] = {};
+  uint64_t bytes = 0;
+};
+
+Header header_of(const Tensor& t, uint64_t key_hash, uint64_t invocation);
+
+// The header's dtype and shape, checked (Internal when unreadable).
+Result<Shape> shape_of(const Header& h);
+Status check_dtype(const Header& h);
+
+// A tensor of the header's dtype and shape for its bytes, or why not.
+Result<Tensor> tensor_for(const Header& h);
+
+// Registers MpiSend and MpiRecv (send_recv.cc).
+void register_transfer_ops(OpRegistry& registry);
+
+}  // namespace graphrun::mpi::internal

@@ -1,0 +1,261 @@
+// Send and Recv between ranks (part of mpi_test, run under mpirun on 1, 2
+// and 4 ranks). Most tests pass tensors round a ring: every rank sends to
+// the next and receives from the previous (on one rank, to itself). Every
+// step has a deadline, so a lost message ends in an error, not a hang.
+#include <graphrun/graphrun.h>
+#include <graphrun/mpi.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/testing/op_harness.h"
+
+namespace graphrun {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::IsOk;
+using testing::StatusIs;
+
+int rank() { return mpi::World::current()->rank(); }
+int size() { return mpi::World::current()->size(); }
+int next() { return (rank() + 1) % size(); }
+int previous() { return (rank() + size() - 1) % size(); }
+
+RunOptions bounded() {
+  RunOptions options;
+  options.timeout = 30s;
+  return options;
+}
+
+std::unique_ptr<Session> session_of(const Graph& g, int threads = 2) {
+  SessionOptions options;
+  options.inter_op_threads = threads;
+  return Session::create(g, options).value();
+}
+
+class SendRecvTest : public ::testing::Test {
+ protected:
+  void TearDown() override { MPI_Barrier(MPI_COMM_WORLD); }
+};
+
+TEST_F(SendRecvTest, RingPassesEveryDtypeInOneStep) {
+  Graph g;
+  Output xf = ops::Placeholder(g, DType::kFloat32, Shape{3}, "xf");
+  Output xd = ops::Placeholder(g, DType::kFloat64, Shape{2, 2}, "xd");
+  Output xi = ops::Placeholder(g, DType::kInt32, Shape{}, "xi");
+  Output xl = ops::Placeholder(g, DType::kInt64, Shape{1}, "xl");
+  Output xb = ops::Placeholder(g, DType::kBool, Shape{2}, "xb");
+  std::vector<TargetRef> sends;
+  std::vector<TensorRef> received;
+  const std::pair<Output, DType> all[] = {{xf, DType::kFloat32},
+                                          {xd, DType::kFloat64},
+                                          {xi, DType::kInt32},
+                                          {xl, DType::kInt64},
+                                          {xb, DType::kBool}};
+  int k = 0;
+  for (const auto& [x, dtype] : all) {
+    const std::string name = "ring" + std::to_string(k++);
+    sends.push_back(ops::Send(g, x, next(), name, name + "_send"));
+    received.push_back(ops::Recv(g, dtype, previous(), name, Shape::unknown(), name + "_recv"));
+  }
+  ASSERT_THAT(g.status(), IsOk());
+  auto s = session_of(g);
+  const int r = rank();
+  const int p = previous();
+  const auto fr = static_cast<float>(r);
+  auto out = s->run({{xf, Tensor{fr, fr + 0.5f, -fr}},
+                     {xd, Tensor::from_span<double>(
+                              Shape{2, 2}, std::vector<double>{1.0 * r, 2.0, 3.0, 4.0 * r})},
+                     {xi, Tensor(100 + r)},
+                     {xl, Tensor{int64_t{r} << 40}},
+                     {xb, Tensor{r % 2 == 0, r % 2 != 0}}},
+                    received, sends, bounded());
+  ASSERT_THAT(out, IsOk());
+  const auto fp = static_cast<float>(p);
+  EXPECT_TRUE((*out)[0].equals(Tensor{fp, fp + 0.5f, -fp}));
+  EXPECT_TRUE((*out)[1].equals(
+      Tensor::from_span<double>(Shape{2, 2}, std::vector<double>{1.0 * p, 2.0, 3.0, 4.0 * p})));
+  EXPECT_TRUE((*out)[2].equals(Tensor(100 + p)));
+  EXPECT_TRUE((*out)[3].equals(Tensor{int64_t{p} << 40}));
+  EXPECT_TRUE((*out)[4].equals(Tensor{p % 2 == 0, p % 2 != 0}));
+}
+
+// Past MPI's eager limit a send completes only once its receive is posted;
+// an empty tensor sends only its header.
+TEST_F(SendRecvTest, LargeAndEmptyTensorsGoAcross) {
+  constexpr int64_t kFloats = int64_t{1} << 20;  // 4 MiB
+  Graph g;
+  Output big = ops::Placeholder(g, DType::kFloat32, Shape{kFloats}, "big");
+  Output none = ops::Placeholder(g, DType::kInt32, Shape{0, 3}, "none");
+  const Node* send_big = ops::Send(g, big, next(), "big", "send_big");
+  const Node* send_none = ops::Send(g, none, next(), "none", "send_none");
+  Output got_big = ops::Recv(g, DType::kFloat32, previous(), "big", Shape{kFloats}, "recv_big");
+  Output got_none = ops::Recv(g, DType::kInt32, previous(), "none", Shape::unknown(), "recv_none");
+  auto s = session_of(g);
+  for (int step = 0; step < 3; ++step) {
+    Tensor mine = Tensor::filled<float>(Shape{kFloats}, static_cast<float>(rank() * 10 + step));
+    mine.flat<float>()[kFloats - 1] = -1.0f * static_cast<float>(rank());
+    auto out = s->run({{big, mine}, {none, Tensor::filled<int32_t>(Shape{0, 3}, 0)}},
+                      {got_big, got_none}, {send_big, send_none}, bounded());
+    ASSERT_THAT(out, IsOk());
+    Tensor expected =
+        Tensor::filled<float>(Shape{kFloats}, static_cast<float>(previous() * 10 + step));
+    expected.flat<float>()[kFloats - 1] = -1.0f * static_cast<float>(previous());
+    EXPECT_TRUE((*out)[0].equals(expected)) << "step " << step;
+    EXPECT_EQ((*out)[1].shape(), (Shape{0, 3}));
+    EXPECT_EQ((*out)[1].dtype(), DType::kInt32);
+  }
+}
+
+// The n-th Send of a name meets the n-th Recv: 50 steps in order, each
+// with its own value, and the received value used downstream.
+TEST_F(SendRecvTest, StepsPairInOrderAndFeedTheirConsumers) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kInt64, Shape{}, "x");
+  const Node* send = ops::Send(g, x, next(), "ordered");
+  Output got = ops::Recv(g, DType::kInt64, previous(), "ordered", Shape{});
+  Output doubled = ops::Mul(g, got, ops::Const(g, Tensor(int64_t{2})));
+  auto s = session_of(g);
+  auto callable = s->make_callable({x}, {doubled}, {send}).value();
+  std::vector<Tensor> out(1);
+  for (int64_t step = 0; step < 50; ++step) {
+    const Tensor feed(int64_t{rank()} * 1000 + step);
+    ASSERT_THAT(callable.run({&feed, 1}, out), IsOk());
+    EXPECT_EQ(out[0].scalar<int64_t>(), 2 * (int64_t{previous()} * 1000 + step));
+  }
+}
+
+// A ping-pong between ranks 0 and 1 through two graphs: rank 1 adds one
+// and sends it back; a partial run on rank 0 sends, then fetches the answer.
+TEST_F(SendRecvTest, PingPongThroughAPartialRunSkippedOnOneRank) {
+  if (size() == 1) GTEST_SKIP() << "needs two ranks";
+  if (rank() > 1) return;
+  Graph g;
+  if (rank() == 0) {
+    Output x = ops::Placeholder(g, DType::kFloat32, Shape{2}, "x");
+    const Node* ping = ops::Send(g, x, 1, "ping");
+    Output pong = ops::Recv(g, DType::kFloat32, 1, "pong", Shape{2});
+    auto s = session_of(g);
+    for (int i = 0; i < 5; ++i) {
+      auto handle = s->partial_run_setup({pong}, {x}, {ping});
+      ASSERT_THAT(handle, IsOk());
+      const auto v = static_cast<float>(i);
+      ASSERT_THAT(s->partial_run(*handle, {{x, Tensor{v, -v}}}, {}, {ping}), IsOk());
+      auto out = s->partial_run(*handle, {}, {pong});
+      ASSERT_THAT(out, IsOk());
+      EXPECT_TRUE((*out)[0].equals(Tensor{v + 1.0f, 1.0f - v}));
+    }
+  } else {
+    Output got = ops::Recv(g, DType::kFloat32, 0, "ping", Shape{2});
+    const Node* pong = ops::Send(g, ops::Add(g, got, ops::Const(g, Tensor(1.0f))), 0, "pong");
+    auto s = session_of(g);
+    for (int i = 0; i < 5; ++i) ASSERT_THAT(s->run({}, {}, {pong}, bounded()), IsOk());
+  }
+}
+
+// Concurrent steps from several threads, each thread on its own name: every
+// value arrives at its thread's Recv. A step waiting for a Recv keeps its
+// place among the session's inter_op_threads running steps, so the session
+// has a thread per caller: with fewer, rank 0 could run lanes 0 and 1 while
+// rank 1 runs lanes 2 and 3, each waiting for the other's.
+TEST_F(SendRecvTest, ConcurrentStepsOnTheirOwnNamesAllArrive) {
+  constexpr int kThreads = 4;
+  constexpr int kSteps = 20;
+  Graph g;
+  std::vector<Output> feeds;
+  std::vector<const Node*> sends;
+  std::vector<Output> got;
+  for (int t = 0; t < kThreads; ++t) {
+    const std::string name = "lane" + std::to_string(t);
+    feeds.push_back(ops::Placeholder(g, DType::kInt32, Shape{}, name + "_x"));
+    sends.push_back(ops::Send(g, feeds.back(), next(), name, name + "_send"));
+    got.push_back(ops::Recv(g, DType::kInt32, previous(), name, Shape{}, name + "_recv"));
+  }
+  auto s = session_of(g, kThreads);
+  std::vector<int> wrong(kThreads, 0);
+  std::vector<std::thread> threads;
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      const auto i = static_cast<std::size_t>(t);
+      for (int step = 0; step < kSteps; ++step) {
+        auto out = s->run({{feeds[i], Tensor(rank() * 10000 + t * 100 + step)}}, {got[i]},
+                          {sends[i]}, bounded());
+        if (!out.is_ok() || (*out)[0].scalar<int32_t>() != previous() * 10000 + t * 100 + step) {
+          if (wrong[i]++ == 0) {
+            ADD_FAILURE() << "lane " << t << " step " << step << ": "
+                          << (out.is_ok() ? (*out)[0].to_string() : out.status().to_string());
+          }
+        }
+      }
+    });
+  }
+  for (std::thread& th : threads) th.join();
+  for (int t = 0; t < kThreads; ++t) EXPECT_EQ(wrong[static_cast<std::size_t>(t)], 0) << t;
+}
+
+// What is sent must be what the Recv expects: a dtype or a shape apart is
+// InvalidArgument naming the sending rank, and the names stay usable. The
+// sends run in steps of their own (small tensors: done once MPI has them),
+// so that a failed Recv cannot skip the Send its peer waits for.
+TEST_F(SendRecvTest, AMismatchedDtypeOrShapeNamesTheSender) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{-1}, "x");
+  const Node* send = ops::Send(g, x, next(), "typed");
+  Output as_int = ops::Recv(g, DType::kInt32, previous(), "typed", Shape::unknown(), "as_int");
+  Output as_float = ops::Recv(g, DType::kFloat32, previous(), "typed", Shape{2}, "as_pair");
+  auto s = session_of(g);
+  const std::string sender = "rank " + std::to_string(previous());
+  ASSERT_THAT(s->run({{x, Tensor{1.0f, 2.0f}}}, {}, {send}, bounded()), IsOk());
+  EXPECT_THAT(s->run({}, {as_int}, {}, bounded()),
+              StatusIs(StatusCode::kInvalidArgument, sender + " sent float32"));
+  ASSERT_THAT(s->run({{x, Tensor{1.0f, 2.0f, 3.0f}}}, {}, {send}, bounded()), IsOk());
+  EXPECT_THAT(s->run({}, {as_float}, {}, bounded()),
+              StatusIs(StatusCode::kInvalidArgument, sender + " sent shape [3]"));
+  ASSERT_THAT(s->run({{x, Tensor{4.0f, 5.0f}}}, {}, {send}, bounded()), IsOk());
+  auto out = s->run({}, {as_float}, {}, bounded());
+  ASSERT_THAT(out, IsOk());
+  EXPECT_TRUE((*out)[0].equals(Tensor{4.0f, 5.0f}));
+}
+
+TEST_F(SendRecvTest, BadAttributesAreInvalidArgumentNamingTheNode) {
+  Graph g;
+  Output x = ops::Const(g, Tensor(1.0f), "x");
+  const Node* far = ops::Send(g, x, size(), "far", "far_send");
+  const Node* unnamed = ops::Send(g, x, 0, "", "unnamed_send");
+  Output from_far = ops::Recv(g, DType::kFloat32, -1, "far", Shape{}, "far_recv");
+  auto s = session_of(g);
+  EXPECT_THAT(s->run({}, {}, {far}), StatusIs(StatusCode::kInvalidArgument, "'far_send'"));
+  EXPECT_THAT(s->run({}, {}, {far}),
+              StatusIs(StatusCode::kInvalidArgument, "is not a rank of this world"));
+  EXPECT_THAT(s->run({}, {}, {unnamed}),
+              StatusIs(StatusCode::kInvalidArgument, "tensor_name is empty"));
+  EXPECT_THAT(s->run({}, {from_far}), StatusIs(StatusCode::kInvalidArgument, "'far_recv'"));
+}
+
+// A Recv whose Send never comes ends with its step's deadline, and close()
+// ends another; rank 1 never sends, so nothing is left unmatched.
+TEST_F(SendRecvTest, ADeadlineOrCloseEndsARecvWaitingForItsSendSkippedOnOneRank) {
+  if (size() == 1) GTEST_SKIP() << "needs two ranks";
+  if (rank() != 0) return;
+  Graph g;
+  Output never = ops::Recv(g, DType::kFloat32, 1, "never", Shape{}, "never");
+  auto s = session_of(g);
+  RunOptions short_deadline;
+  short_deadline.timeout = 100ms;
+  const auto start = std::chrono::steady_clock::now();
+  EXPECT_THAT(s->run({}, {never}, {}, short_deadline),
+              StatusIs(StatusCode::kDeadlineExceeded, "'never'"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+  auto pending = s->run_async({}, {never});
+  std::this_thread::sleep_for(50ms);
+  ASSERT_THAT(s->close(), IsOk());
+  EXPECT_THAT(pending.get(), StatusIs(StatusCode::kCancelled, "closed"));
+}
+
+}  // namespace
+}  // namespace graphrun
