@@ -177,11 +177,16 @@ ROWS = [
      "remote runs/s, 8 client threads vs 1"),
     ("RemoteThroughput", "Session@8", "Session@1", "speedup", None,
      "in-process runs/s, 8 client threads vs 1"),
-    # Case 14 (bench/mpi/collectives_bench.cc, under mpirun): graphrun's AllReduce (a
+    # Case 14 (bench/mpi/mpi_bench.cc, under mpirun): graphrun's AllReduce (a
     # Callable, progress thread, point-to-point exchange) vs MPI_Allreduce, same ranks.
     ("AllReduce4B", "Graphrun", "Mpi", "slowdown", None, "1 float: latency"),
     ("AllReduce4K", "Graphrun", "Mpi", "slowdown", None, "1024 floats"),
     ("AllReduce1M", "Graphrun", "Mpi", "slowdown", None, "262144 floats (1 MiB)"),
+    # Send/Recv round trips between ranks 0 and 1: one step on each rank per
+    # round trip vs MPI_Send/MPI_Recv.
+    ("PingPong4B", "Graphrun", "Mpi", "slowdown", 1.5, "round trip, 1 float: latency"),
+    ("PingPong1M", "Graphrun", "Mpi", "speedup", 0.8,
+     "round trip, 1 MiB each way: bandwidth (>= 0.8 of MPI's)"),
 ]
 
 # Cases whose per-node time is worth printing.

@@ -57,6 +57,9 @@ Graph& Graph::operator=(Graph&& other) noexcept {
   last_suffix_ = std::move(other.last_suffix_);
   scope_ = std::move(other.scope_);
   control_scope_ = std::move(other.control_scope_);
+  devices_ = std::move(other.devices_);
+  device_ids_ = std::move(other.device_ids_);
+  device_scope_ = std::exchange(other.device_scope_, -1);
   seed_ = other.seed_;
   op_seed_counter_ = other.op_seed_counter_;
   collections_ = std::move(other.collections_);
@@ -69,6 +72,8 @@ Graph& Graph::operator=(Graph&& other) noexcept {
   other.by_name_.clear();
   other.last_suffix_.clear();
   other.collections_.clear();
+  other.devices_.clear();
+  other.device_ids_.clear();
   other.status_ = Status::ok();
   return *this;
 }
@@ -131,6 +136,9 @@ Graph Graph::clone() const {
   copy.by_name_ = by_name_;
   copy.last_suffix_ = last_suffix_;
   copy.scope_ = scope_;
+  copy.devices_ = devices_;
+  copy.device_ids_ = device_ids_;
+  copy.device_scope_ = device_scope_;
   for (const Node* dep : control_scope_)
     copy.control_scope_.push_back(copy.nodes_[dep->id()].get());
   copy.seed_ = seed_;
@@ -188,6 +196,8 @@ Status Graph::append_nodes_from(const Graph& grown) {
   for (std::size_t id = have; id < grown.nodes_.size(); ++id) {
     auto c = std::unique_ptr<Node>(new Node(*grown.nodes_[id]));
     c->graph_ = this;
+    if (c->device_ >= 0)
+      c->device_ = intern_device(grown.devices_[static_cast<std::size_t>(c->device_)]);
     // Inputs point at earlier nodes: remap them into this graph by id.
     for (Output& in : c->inputs_) in = Output(nodes_[in.node()->id()].get(), in.index());
     for (const Node*& dep : c->control_inputs_) dep = nodes_[dep->id()].get();
@@ -403,6 +413,14 @@ Result<Node*> Graph::add_node(NodeSpec spec) {
       return fail(s.with_prefix(ctx.describe()));
     }
   }
+  // Placement: the node's own device, else the scope's.
+  const int32_t device = spec.device.empty() ? device_scope_ : intern_device(spec.device);
+  if (device >= 0) {
+    Result<DeviceName> parsed = parse_device(devices_[static_cast<std::size_t>(device)]);
+    if (!parsed.is_ok()) {
+      return fail(parsed.status().with_prefix(fmt::format("node '{}' ({})", name, spec.op)));
+    }
+  }
   // Control scope.
   for (const Node* dep : control_scope_) {
     if (std::find(spec.control_inputs.begin(), spec.control_inputs.end(), dep) ==
@@ -415,6 +433,7 @@ Result<Node*> Graph::add_node(NodeSpec spec) {
   node->graph_ = this;
   node->registration_ = reg;
   node->id_ = static_cast<int>(nodes_.size());
+  node->device_ = device;
   node->name_ = std::move(spec.name);
   node->op_ = std::move(spec.op);
   node->inputs_ = std::move(spec.inputs);
@@ -444,9 +463,29 @@ Graph::ScopeGuard::~ScopeGuard() {
   if (graph_ == nullptr) return;
   if (kind_ == 0) {
     graph_->scope_.resize(saved_);
-  } else {
+  } else if (kind_ == 1) {
     graph_->control_scope_.resize(saved_);
+  } else {
+    graph_->device_scope_ = static_cast<int32_t>(saved_) - 1;
   }
+}
+
+Graph::ScopeGuard Graph::device(std::string_view device) {
+  const auto saved = static_cast<std::size_t>(device_scope_ + 1);
+  device_scope_ = device.empty() ? -1 : intern_device(device);
+  return ScopeGuard(this, 2, saved);
+}
+
+int32_t Graph::intern_device(std::string_view device) {
+  auto [it, inserted] =
+      device_ids_.emplace(std::string(device), static_cast<int32_t>(devices_.size()));
+  if (inserted) devices_.emplace_back(device);
+  return it->second;
+}
+
+const std::string& Node::device() const {
+  static const std::string kNone;
+  return device_ < 0 ? kNone : graph_->devices_[static_cast<std::size_t>(device_)];
 }
 
 Graph::ScopeGuard Graph::name_scope(std::string_view scope) {

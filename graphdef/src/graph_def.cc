@@ -482,7 +482,10 @@ class Importer {
 
   Status add(Graph& graph, int i) {
     const PendingNode& p = nodes_[static_cast<std::size_t>(i)];
-    NodeSpec spec{.op = p.reg->def.name(), .name = p.def->name(), .attrs = p.attrs};
+    NodeSpec spec{.op = p.reg->def.name(),
+                  .name = p.def->name(),
+                  .attrs = p.attrs,
+                  .device = p.def->device()};
     for (std::size_t k = 0; k < p.inputs.size(); ++k) {
       const InputRef& ref = p.inputs[k];
       const Node* producer = graph.find_node(ref.node);
@@ -539,6 +542,7 @@ Result<v1::GraphDef> graph_to_graph_def(const Graph& graph) {
     v1::NodeDef* n = out.add_node();
     n->set_name(node.name());
     n->set_op(node.op());
+    if (!node.device().empty()) n->set_device(node.device());
     for (const Output& in : node.inputs()) {
       n->add_input(in.index() == 0 ? in.node()->name()
                                    : fmt::format("{}:{}", in.node()->name(), in.index()));

@@ -217,6 +217,29 @@ TEST(GraphDefTest, RoundTripGraphRunsTheSame) {
   (void)y;
 }
 
+// NodeDef.device carries a node's placement both ways; a device that is
+// not one fails the import naming the node.
+TEST(GraphDefTest, DevicesGoBothWays) {
+  Graph g;
+  Output a = ops::Const(g, Tensor(1.0f), "a");
+  {
+    auto scope = g.device("/job:worker/task:1");
+    ops::Neg(g, a, "b");
+  }
+  ASSERT_THAT(g.status(), IsOk());
+  Result<v1::GraphDef> def = graph_to_graph_def(g);
+  ASSERT_THAT(def, IsOk());
+  ASSERT_EQ(def->node_size(), 2);
+  EXPECT_EQ(def->node(0).device(), "");
+  EXPECT_EQ(def->node(1).device(), "/job:worker/task:1");
+  Result<Graph> back = graph_from_graph_def(*def);
+  ASSERT_THAT(back, IsOk());
+  EXPECT_EQ(back->find_node("b")->device(), "/job:worker/task:1");
+  EXPECT_EQ(back->find_node("a")->device(), "");
+  def->mutable_node(1)->set_device("/job:worker/task:x");
+  EXPECT_THAT(graph_from_graph_def(*def), StatusIs(StatusCode::kInvalidArgument, "node 'b'"));
+}
+
 TEST(GraphDefTest, CallableNodesCannotBeExported) {
   Graph g;
   Output x = ops::Const(g, Tensor(1.0f), "x");

@@ -103,6 +103,9 @@ struct NodeSpec {
   AttrMap attrs;                            ///< attributes; defaults are filled in
   /// Optional kernel for this node only, used instead of the op's factory.
   std::shared_ptr<const KernelFactory> kernel;
+  /// Where the node runs across processes ("/rank:1", "/job:worker/task:1";
+  /// parse_device). Empty: the graph's device() scope, if any.
+  std::string device;
 };
 
 /// One node of a Graph, made by Graph::add_node and owned by the graph.
@@ -131,6 +134,9 @@ class Node {
   const Output& input(int i) const { return inputs_[static_cast<std::size_t>(i)]; }
   /// The nodes that must run before this one.
   std::span<const Node* const> control_inputs() const { return control_inputs_; }
+  /// The requested placement (NodeSpec::device or the device() scope), as
+  /// written; empty when unplaced. place() turns it into a rank.
+  const std::string& device() const;
 
   /// The number of outputs.
   int num_outputs() const { return static_cast<int>(output_dtypes_.size()); }
@@ -169,6 +175,7 @@ class Node {
   const Graph* graph_ = nullptr;
   const OpRegistration* registration_ = nullptr;
   int id_ = -1;
+  int32_t device_ = -1;  // index into the graph's device strings; -1: none
   std::string name_;
   std::string op_;
   std::vector<Output> inputs_;
@@ -269,6 +276,11 @@ class Graph {
   /// While the guard lives, every new node runs after `deps` (TF's
   /// control_dependencies). Nests: inner scopes add to outer ones.
   [[nodiscard]] ScopeGuard control_dependencies(std::vector<const Node*> deps);
+  /// Device scope (TF's `with g.device(...)`): while the guard lives, new
+  /// nodes without a device of their own get `device` ("/rank:1",
+  /// "/job:worker/task:1"; checked when a node is added). An inner scope
+  /// replaces the outer one; "" clears it.
+  [[nodiscard]] ScopeGuard device(std::string_view device);
   /// The name a node named `base` would get now (scope prefix + suffix).
   std::string unique_name(std::string_view base) const;
 
@@ -286,6 +298,7 @@ class Graph {
   std::span<const Node* const> collection(std::string_view key) const;
 
  private:
+  friend class Node;
   std::string scoped(std::string_view base) const;
 
   const OpRegistry* registry_;
@@ -315,13 +328,40 @@ class Graph {
   // names are never freed, so the next free one is past it (without this,
   // n unnamed nodes of one op cost n^2 / 2 lookups).
   mutable std::unordered_map<std::string, int> last_suffix_;
+  // The distinct device strings of the nodes (a node keeps an index).
+  int32_t intern_device(std::string_view device);
   std::string scope_;
   std::vector<const Node*> control_scope_;
+  std::vector<std::string> devices_;
+  std::unordered_map<std::string, int32_t> device_ids_;  // devices_ -> index
+  int32_t device_scope_ = -1;
   std::optional<int64_t> seed_;
   int64_t op_seed_counter_ = 0;
   std::map<std::string, std::vector<const Node*>, std::less<>> collections_;
   Status status_;
 };
+
+/// A parsed device string. graphrun's own form is "/rank:N" (N the MPI
+/// rank); TensorFlow's "/job:NAME/replica:R/task:N/device:CPU:K" (any of
+/// the parts; "/cpu:0", "/gpu:0" and "CPU:0" too) names rank N by its task.
+/// Device type and index are accepted and ignored (every rank is a CPU
+/// process).
+struct DeviceName {
+  int rank = -1;    ///< the rank (task); -1 when the string names none
+  std::string job;  ///< the job, when given ("worker")
+};
+/// "" and "/device:CPU:0" -> rank -1; "/rank:2", "/job:worker/task:2" -> 2;
+/// anything else ("/rank:x", "/job:w/task:-1", "/node:1") -> InvalidArgument.
+Result<DeviceName> parse_device(std::string_view device);
+
+/// TF's simple placer over the node devices: the rank of every node (by
+/// id) for a world of `num_ranks` processes. A placed node runs on its
+/// device's rank; an unplaced one with its first data input, else on rank
+/// 0. A variable and every node naming it (attr "var": Assign*,
+/// ReadVariable) run on one rank, the variable's or the one of them that
+/// is placed. InvalidArgument naming the node for a rank outside the world,
+/// a variable and a user of it placed apart, or devices of two jobs.
+Result<std::vector<int>> place(const Graph& g, int num_ranks);
 
 /// How run() and partial_run() name a tensor: an Output of the session's
 /// graph or a "node:index" string.

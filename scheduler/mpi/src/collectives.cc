@@ -21,11 +21,10 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
-#include <mutex>
 #include <type_traits>
-#include <unordered_map>
 
 #include "scheduler/mpi/src/engine.h"
+#include "scheduler/mpi/src/wire.h"
 
 namespace graphrun::mpi {
 
@@ -33,74 +32,10 @@ namespace {
 
 enum class Kind : uint8_t { kAllReduce, kBroadcast, kAllGather };
 
-constexpr int kKeyBits = 20;
-constexpr int kInvocationBits = 10;
-
-uint64_t hash_key(std::string_view key) {
-  uint64_t h = 1469598103934665603ull;  // FNV-1a
-  for (const char c : key) {
-    h ^= static_cast<unsigned char>(c);
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-int key_id(uint64_t hash) {
-  return static_cast<int>((hash ^ (hash >> 32)) & ((uint64_t{1} << kKeyBits) - 1));
-}
-
-// Two keys of one process on the same tag bits would mix their messages:
-// refused when the second kernel is made.
-Status claim_key_id(const std::string& key, uint64_t hash) {
-  static std::mutex mu;
-  static std::unordered_map<int, std::string> owners;
-  const std::lock_guard lock(mu);
-  auto [it, inserted] = owners.emplace(key_id(hash), key);
-  if (!inserted && it->second != key) {
-    return invalid_argument(
-        "collective keys '{}' and '{}' map to the same MPI tag; give one of them another key",
-        it->second, key);
-  }
-  return Status::ok();
-}
-
-// What precedes each tensor.
-struct Header {
-  uint64_t key_hash = 0;
-  uint64_t invocation = 0;
-  int32_t dtype = 0;
-  int32_t rank = 0;
-  int64_t dims[Shape::kMaxRank] = {};
-  uint64_t bytes = 0;
-};
-
-Header header_of(const Tensor& t, uint64_t key_hash, uint64_t invocation) {
-  Header h;
-  h.key_hash = key_hash;
-  h.invocation = invocation;
-  h.dtype = static_cast<int32_t>(t.dtype());
-  h.rank = t.shape().rank();
-  for (int i = 0; i < h.rank; ++i) h.dims[i] = t.shape().dim(i);
-  h.bytes = t.byte_size();
-  return h;
-}
-
-// The header's shape, or why it is not one.
-Result<Shape> shape_of(const Header& h) {
-  if (h.rank < 0 || h.rank > Shape::kMaxRank) return internal_error("a header of rank {}", h.rank);
-  Result<Shape> shape =
-      Shape::make(std::span<const int64_t>(h.dims, static_cast<std::size_t>(h.rank)));
-  if (!shape.is_ok()) return shape.status();
-  return shape;
-}
-
-Status check_dtype(const Header& h) {
-  const auto d = static_cast<DType>(h.dtype);
-  const bool known = d == DType::kFloat32 || d == DType::kFloat64 || d == DType::kInt32 ||
-                     d == DType::kInt64 || d == DType::kBool;
-  if (!known) return internal_error("a header of dtype {}", h.dtype);
-  return Status::ok();
-}
+using internal::check_dtype;
+using internal::Header;
+using internal::header_of;
+using internal::shape_of;
 
 class Collective final : public internal::Operation {
  public:
@@ -116,8 +51,7 @@ class Collective final : public internal::Operation {
         ctx_(&ctx),
         done_(std::move(done)),
         input_(ctx.input(0)),
-        tag_(key_id(key_hash) << kInvocationBits |
-             static_cast<int>(invocation & ((1u << kInvocationBits) - 1))),
+        tag_(internal::tag_of(key_hash, invocation)),
         what_(std::move(what)),
         headers_(static_cast<std::size_t>(size_)),
         parts_(static_cast<std::size_t>(size_)),
@@ -219,12 +153,8 @@ class Collective final : public internal::Operation {
       }
       if (!receives_from(peer)) continue;
       const Header& h = headers_[static_cast<std::size_t>(peer)];
-      Result<Shape> shape = shape_of(h);
-      Result<Tensor> part =
-          shape.is_ok() && check_dtype(h).is_ok()
-              ? Tensor::allocate_uninitialized(static_cast<DType>(h.dtype), *shape)
-              : Result<Tensor>(internal_error("unreadable header"));
-      if (part.is_ok() && part->byte_size() == h.bytes) {
+      Result<Tensor> part = internal::tensor_for(h);
+      if (part.is_ok()) {
         parts_[static_cast<std::size_t>(peer)] = std::move(*part);
         Tensor& t = parts_[static_cast<std::size_t>(peer)];
         GRAPHRUN_RETURN_IF_ERROR(round.recv(t.raw_data(), t.byte_size(), peer, tag_, comm_));
@@ -327,7 +257,7 @@ class CollectiveKernel final : public AsyncOpKernel {
 
   void compute_async(OpKernelContext& ctx, Done done) override {
     const uint64_t invocation = world_->next_invocation(key_hash_);
-    world_->engine().submit(
+    world_->engine().start(
         std::make_unique<Collective>(kind_, reduction_, root_, *world_, world_->engine().comm(),
                                      ctx, std::move(done), key_hash_, invocation, what_));
   }
@@ -349,8 +279,8 @@ Result<std::unique_ptr<OpKernel>> make_kernel(OpKernelConstruction& c, Kind kind
   }
   GRAPHRUN_ASSIGN_OR_RETURN(std::string key, c.attr<std::string>("key"));
   if (key.empty()) key = node.name();
-  const uint64_t hash = hash_key(key);
-  GRAPHRUN_RETURN_IF_ERROR(claim_key_id(key, hash));
+  const uint64_t hash = internal::hash_key(key);
+  GRAPHRUN_RETURN_IF_ERROR(internal::claim_key_id(key, hash, "collective key"));
   Reduction reduction = Reduction::kSum;
   int root = 0;
   if (kind == Kind::kAllReduce) {
@@ -400,14 +330,18 @@ void add(OpRegistry& registry, OpDef def, Kind kind) {
                                  [kind](OpKernelConstruction& c) { return make_kernel(c, kind); }));
 }
 
-Output collective_node(Graph& g, std::string_view op, Output x, AttrMap attrs,
-                       std::string_view name, std::string_view key) {
-  // Graphs may be built before World::init.
+// Graphs may be built before World::init.
+void register_global_ops() {
   static const bool registered = [] {
     register_ops(OpRegistry::global());
     return true;
   }();
   static_cast<void>(registered);
+}
+
+Output collective_node(Graph& g, std::string_view op, Output x, AttrMap attrs,
+                       std::string_view name, std::string_view key) {
+  register_global_ops();
   attrs.emplace("key", std::string(key));
   Result<Node*> node = g.add_node(NodeSpec{.op = std::string(op),
                                            .name = std::string(name.empty() ? op : name),
@@ -420,6 +354,7 @@ Output collective_node(Graph& g, std::string_view op, Output x, AttrMap attrs,
 }  // namespace
 
 void register_ops(OpRegistry& registry) {
+  internal::register_transfer_ops(registry);
   add(registry,
       OpDef("MpiAllReduce")
           .input("x", "T")
@@ -471,6 +406,30 @@ Output Broadcast(Graph& g, Output x, int root, std::string_view name, std::strin
 
 Output AllGather(Graph& g, Output x, std::string_view name, std::string_view key) {
   return mpi::collective_node(g, "MpiAllGather", x, {}, name, key);
+}
+
+const Node* Send(Graph& g, Output x, int dest, std::string_view tensor_name,
+                 std::string_view name) {
+  mpi::register_global_ops();
+  Result<Node*> node = g.add_node(
+      NodeSpec{.op = "MpiSend",
+               .name = std::string(name.empty() ? "MpiSend" : name),
+               .inputs = {x},
+               .attrs = {{"tensor_name", std::string(tensor_name)}, {"dest", int64_t{dest}}}});
+  return node.is_ok() ? *node : nullptr;
+}
+
+Output Recv(Graph& g, DType dtype, int source, std::string_view tensor_name, Shape shape,
+            std::string_view name) {
+  mpi::register_global_ops();
+  Result<Node*> node = g.add_node(NodeSpec{.op = "MpiRecv",
+                                           .name = std::string(name.empty() ? "MpiRecv" : name),
+                                           .attrs = {{"T", dtype},
+                                                     {"tensor_name", std::string(tensor_name)},
+                                                     {"source", int64_t{source}},
+                                                     {"shape", std::move(shape)}}});
+  if (!node.is_ok()) return Output{};
+  return (*node)->output(0);
 }
 
 }  // namespace graphrun::ops

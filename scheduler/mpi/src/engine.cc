@@ -14,6 +14,11 @@ namespace {
 constexpr int kSpinRounds = 256;
 constexpr auto kFirstSleep = std::chrono::microseconds(20);
 constexpr auto kLongestSleep = std::chrono::microseconds(1000);
+// How many times start() tests an operation's round on the kernel's thread
+// before the progress thread takes it over (about a microsecond): enough
+// for a message already on its way or an eager send, short enough not to
+// hold a thread that a local sender may need.
+constexpr int kTestsHere = 16;
 // How long the end of the engine waits for abandoned sends to complete.
 constexpr auto kDrainAtEnd = std::chrono::seconds(1);
 
@@ -49,7 +54,8 @@ Status Round::post(bool receive, void* data, std::size_t bytes, int peer, int ta
   return Status::ok();
 }
 
-Engine::Engine(MPI_Comm comm) : comm_(comm), thread_([this] { loop(); }) {}
+Engine::Engine(MPI_Comm comm, bool multiple)
+    : comm_(comm), multiple_(multiple), thread_([this] { loop(); }) {}
 
 Engine::~Engine() {
   {
@@ -61,11 +67,48 @@ Engine::~Engine() {
 }
 
 void Engine::submit(std::unique_ptr<Operation> op) {
+  hand_over(Active{std::move(op), Round{}, false});
+}
+
+void Engine::hand_over(Active a) {
   {
     const std::lock_guard lock(mu_);
-    queue_.push_back(std::move(op));
+    queue_.push_back(std::move(a));
   }
   cv_.notify_one();
+}
+
+void Engine::start(std::unique_ptr<Operation> op) {
+  if (!multiple_) {
+    submit(std::move(op));
+    return;
+  }
+  Active a{std::move(op), Round{}, false};
+  // Finished with requests out (an error while posting): the progress
+  // thread lets them complete before the operation goes.
+  auto finished = [&] {
+    if (a.round.empty()) return;
+    a.finished = true;
+    hand_over(std::move(a));
+  };
+  if (a.op->advance(a.round)) {
+    finished();
+    return;
+  }
+  for (int tests = 0; tests < kTestsHere; ++tests) {
+    bool done = false;
+    // An error, a stop: the progress thread deals with them.
+    if (a.op->stopped() || !test(a.round, done).is_ok()) break;
+    if (done) {
+      a.round.requests_.clear();
+      a.round.receives_.clear();
+      if (a.op->advance(a.round)) {
+        finished();
+        return;
+      }
+    }
+  }
+  hand_over(std::move(a));
 }
 
 Status Engine::test(Round& round, bool& done) {
@@ -112,7 +155,9 @@ void Engine::loop() {
     {
       std::unique_lock lock(mu_);
       auto wake = [&] { return stopping_ || !queue_.empty(); };
-      if (active_.empty() && draining_.empty()) {
+      // Idle, it spins a while too: the next step's operations usually
+      // come soon, and a sleeping thread takes a futex wake-up to start.
+      if (active_.empty() && draining_.empty() && idle > kSpinRounds) {
         cv_.wait(lock, wake);
       } else if (idle > kSpinRounds) {
         cv_.wait_for(lock, sleep, wake);
@@ -120,7 +165,13 @@ void Engine::loop() {
       }
       if (stopping_) break;
       while (!queue_.empty()) {
-        active_.push_back(Active{std::move(queue_.front()), Round{}});
+        Active& a = queue_.front();
+        if (a.finished) {
+          cancel_receives(a.round);
+          draining_.push_back(std::move(a));
+        } else {
+          active_.push_back(std::move(a));
+        }
         queue_.pop_front();
         idle = 0;
       }
@@ -134,6 +185,7 @@ void Engine::loop() {
         finished = true;
       } else {
         bool done = false;
+        // A new operation (empty round) starts; one from start() goes on.
         Status s = test(a.round, done);
         if (!s.is_ok()) {
           drop(a, std::move(s));
@@ -172,8 +224,14 @@ void Engine::loop() {
   active_.clear();
   {
     const std::lock_guard lock(mu_);
-    for (std::unique_ptr<Operation>& op : queue_)
-      op->abandon(cancelled("the MPI world was shut down"));
+    for (Active& a : queue_) {
+      if (a.finished) {
+        cancel_receives(a.round);
+        draining_.push_back(std::move(a));
+      } else {
+        drop(a, cancelled("the MPI world was shut down"));
+      }
+    }
     queue_.clear();
   }
   const auto give_up = std::chrono::steady_clock::now() + kDrainAtEnd;

@@ -1,8 +1,9 @@
-// The progress engine: one thread makes every MPI call graphrun needs.
-// Kernels submit Operations (state machines over non-blocking requests);
-// the thread starts them, tests their requests and advances them round by
-// round, and ends each by calling its kernel's done. No oneTBB worker ever
-// waits in MPI.
+// The progress engine: one thread does graphrun's waiting on MPI. Kernels
+// submit Operations (state machines over non-blocking requests), or start
+// them and test their first rounds briefly on their own thread (with
+// MPI_THREAD_MULTIPLE); the thread takes over what is still out, tests
+// their requests and advances them round by round, and ends each by
+// calling its kernel's done. No oneTBB worker ever blocks in MPI.
 #pragma once
 
 #include <graphrun/status.h>
@@ -59,23 +60,34 @@ class Operation {
   virtual void abandon(Status why) = 0;
 };
 
-// Thread safety: submit() is thread-safe; the rest runs on its thread.
+// Thread safety: submit() and start() are thread-safe; the rest runs on
+// its thread.
 class Engine {
  public:
-  explicit Engine(MPI_Comm comm);
+  // `multiple`: MPI granted MPI_THREAD_MULTIPLE, so start() may make MPI
+  // calls on the kernel's thread too.
+  Engine(MPI_Comm comm, bool multiple);
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
   // Abandons what is still in flight (Cancelled) and joins the thread.
   ~Engine();
 
+  // Hands `op` to the progress thread.
   void submit(std::unique_ptr<Operation> op);
+  // Starts `op` on the calling thread and, while its rounds complete within
+  // a few microseconds of testing, advances it there (a message already on
+  // its way, an eager send, costs no thread switch); what is still out then
+  // goes to the progress thread. Without MPI_THREAD_MULTIPLE: submit().
+  void start(std::unique_ptr<Operation> op);
   MPI_Comm comm() const { return comm_; }
 
  private:
   struct Active {
     std::unique_ptr<Operation> op;
     Round round;
+    bool finished = false;  // done was called; only the round is left
   };
+  void hand_over(Active a);
   void loop();
   // Tests `round`; an MPI error is returned, completion in `done`.
   static Status test(Round& round, bool& done);
@@ -88,8 +100,9 @@ class Engine {
   MPI_Comm comm_;
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<std::unique_ptr<Operation>> queue_;  // guarded by mu_
-  bool stopping_ = false;                         // guarded by mu_
+  const bool multiple_;
+  std::deque<Active> queue_;  // guarded by mu_
+  bool stopping_ = false;     // guarded by mu_
   // Progress thread only.
   std::vector<Active> active_;
   std::vector<Active> draining_;  // abandoned, sends still out

@@ -75,7 +75,7 @@ Result<std::shared_ptr<World>> World::init(int* argc, char*** argv) {
   }
   world->thread_level_ = provided;
   world->invocations_ = std::make_unique<Invocations>();
-  world->engine_ = std::make_unique<internal::Engine>(comm);
+  world->engine_ = std::make_unique<internal::Engine>(comm, provided == MPI_THREAD_MULTIPLE);
   register_ops(OpRegistry::global());
   g_world = world;
   return world;

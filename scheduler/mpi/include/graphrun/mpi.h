@@ -1,7 +1,8 @@
 // graphrun's MPI component (graphrun::mpi): the MPI world a process runs
-// in, and collective ops for data parallelism (Horovod's model: every rank
-// runs its own replica of the graph in an ordinary Session, and the
-// collectives combine the ranks' tensors). Design: docs/distributed.md.
+// in, Send/Recv between ranks, and collective ops for data parallelism
+// (Horovod's model: every rank runs its own replica of the graph in an
+// ordinary Session, and the collectives combine the ranks' tensors).
+// Design: docs/distributed.md.
 //
 //   int main(int argc, char** argv) {
 //     auto world = graphrun::mpi::World::init(&argc, &argv).value();
@@ -34,8 +35,8 @@ class Engine;
 
 /// The MPI world of this process: MPI initialised (or joined, when the
 /// program initialised it first), a communicator of graphrun's own (a
-/// duplicate of MPI_COMM_WORLD) and the progress thread, which makes every
-/// MPI call graphrun needs. One per process; kernels that use it keep it
+/// duplicate of MPI_COMM_WORLD) and the progress thread, which waits on
+/// MPI for graphrun's kernels. One per process; kernels that use it keep it
 /// alive.
 ///
 /// Thread safety: thread-safe. Ownership: shared (init() and current()
@@ -89,7 +90,7 @@ enum class Reduction : uint8_t {
   kMean,  ///< the sum divided by the number of ranks (float dtypes only)
 };
 
-/// Registers MpiAllReduce, MpiBroadcast and MpiAllGather into `registry`
+/// Registers MpiAllReduce, MpiBroadcast, MpiAllGather, MpiSend and MpiRecv into `registry`
 /// (World::init does so for OpRegistry::global()). AlreadyExists-safe:
 /// registering twice keeps the first.
 void register_ops(OpRegistry& registry);
@@ -114,5 +115,20 @@ Output Broadcast(Graph& g, Output x, int root = 0, std::string_view name = {},
 /// first dimensions may differ, the other dimensions and the dtype must
 /// agree.
 Output AllGather(Graph& g, Output x, std::string_view name = {}, std::string_view key = {});
+
+/// Sends `x` to rank `dest`, to the Recv of the same `tensor_name` there: a
+/// node without outputs (run it as a target), done once MPI has the bytes.
+/// The n-th Send of a tensor name to a rank meets the n-th Recv of that
+/// name from this rank. Null when the graph refuses the node (g.status()).
+/// A step waiting for a Recv keeps its place among the at most
+/// inter_op_threads steps its session runs at once: steps of different
+/// ranks that wait for each other must fit there together.
+const Node* Send(Graph& g, Output x, int dest, std::string_view tensor_name,
+                 std::string_view name = {});
+/// The tensor rank `source` sends with the same `tensor_name`. `dtype` must
+/// be what is sent, and the sent shape compatible with `shape` (a mismatch
+/// fails the step with InvalidArgument naming the rank).
+Output Recv(Graph& g, DType dtype, int source, std::string_view tensor_name,
+            Shape shape = Shape::unknown(), std::string_view name = {});
 
 }  // namespace graphrun::ops
