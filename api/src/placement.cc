@@ -38,6 +38,13 @@ bool is_job_name(std::string_view j) {
   return true;
 }
 
+// The variable `node` is or names (attr "var": Assign*, ReadVariable).
+const std::string* variable_of(const Node& node) {
+  if (node.op() == "Variable") return &node.name();
+  if (const AttrValue* var = node.find_attr("var")) return std::get_if<std::string>(var);
+  return nullptr;
+}
+
 }  // namespace
 
 Result<DeviceName> parse_device(std::string_view device) {
@@ -127,10 +134,7 @@ Result<std::vector<int>> place(const Graph& g, int num_ranks) {
   std::unordered_map<std::string_view, std::vector<const Node*>> groups;
   for (int id = 0; id < g.num_nodes(); ++id) {
     const Node* node = g.node(id);
-    if (node->op() == "Variable") groups[node->name()].push_back(node);
-    if (const AttrValue* var = node->find_attr("var")) {
-      if (const auto* name = std::get_if<std::string>(var)) groups[*name].push_back(node);
-    }
+    if (const std::string* var = variable_of(*node)) groups[*var].push_back(node);
   }
   std::vector<int> group_rank(n, -2);  // -2: in no group
   for (auto& [name, members] : groups) {
@@ -165,11 +169,8 @@ Result<std::vector<int>> place(const Graph& g, int num_ranks) {
     if (node->num_inputs() > 0) rank = ranks[static_cast<std::size_t>(node->input(0).node()->id())];
     if (group_rank[i] == -1) {
       // The first member of an unplaced group fixes the whole group.
-      const std::string* var = nullptr;
-      if (node->op() == "Variable") var = &node->name();
-      if (const AttrValue* v = node->find_attr("var")) var = std::get_if<std::string>(v);
-      if (var != nullptr) {
-        for (const Node* m : groups[*var]) group_rank[static_cast<std::size_t>(m->id())] = rank;
+      for (const Node* m : groups[*variable_of(*node)]) {
+        group_rank[static_cast<std::size_t>(m->id())] = rank;
       }
     }
     ranks[i] = rank;

@@ -37,19 +37,18 @@ using internal::Header;
 using internal::header_of;
 using internal::shape_of;
 
-class Collective final : public internal::Operation {
+class Collective final : public internal::KernelOperation {
  public:
   Collective(Kind kind, Reduction reduction, int root, const World& world, MPI_Comm comm,
              OpKernelContext& ctx, AsyncOpKernel::Done done, uint64_t key_hash, uint64_t invocation,
              std::string what)
-      : kind_(kind),
+      : KernelOperation(ctx, std::move(done)),
+        kind_(kind),
         reduction_(reduction),
         root_(root),
         rank_(world.rank()),
         size_(world.size()),
         comm_(comm),
-        ctx_(&ctx),
-        done_(std::move(done)),
         input_(ctx.input(0)),
         tag_(internal::tag_of(key_hash, invocation)),
         what_(std::move(what)),
@@ -75,10 +74,6 @@ class Collective final : public internal::Operation {
       default: return finish(status_.is_ok() ? produce() : status_);
     }
   }
-
-  bool stopped() const override { return ctx_ != nullptr && ctx_->is_cancelled(); }
-
-  void abandon(Status why) override { static_cast<void>(finish(std::move(why))); }
 
  private:
   bool sends_to(int peer) const {
@@ -216,23 +211,12 @@ class Collective final : public internal::Operation {
     });
   }
 
-  bool finish(Status s) {
-    if (ctx_ != nullptr) {
-      ctx_ = nullptr;
-      AsyncOpKernel::Done done = std::move(done_);
-      done(std::move(s));
-    }
-    return true;
-  }
-
   const Kind kind_;
   const Reduction reduction_;
   const int root_;
   const int rank_;
   const int size_;
   const MPI_Comm comm_;
-  OpKernelContext* ctx_;  // null once done was called
-  AsyncOpKernel::Done done_;
   const Tensor input_;  // keeps the sent bytes alive
   const int tag_;
   const std::string what_;
@@ -272,11 +256,8 @@ class CollectiveKernel final : public AsyncOpKernel {
 };
 
 Result<std::unique_ptr<OpKernel>> make_kernel(OpKernelConstruction& c, Kind kind) {
-  std::shared_ptr<World> world = World::current();
   const Node& node = c.node();
-  if (world == nullptr) {
-    return failed_precondition("{} needs graphrun::mpi::World::init() first", node.describe());
-  }
+  GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<World> world, internal::world_for(node));
   GRAPHRUN_ASSIGN_OR_RETURN(std::string key, c.attr<std::string>("key"));
   if (key.empty()) key = node.name();
   const uint64_t hash = internal::hash_key(key);

@@ -136,6 +136,11 @@ void Engine::drop(Active& a, Status why) {
   if (!a.round.empty()) draining_.push_back(std::move(a));
 }
 
+void Engine::drain(Active& a) {
+  cancel_receives(a.round);
+  if (!a.round.empty()) draining_.push_back(std::move(a));
+}
+
 void Engine::test_draining() {
   for (std::size_t k = 0; k < draining_.size();) {
     bool done = false;
@@ -167,8 +172,7 @@ void Engine::loop() {
       while (!queue_.empty()) {
         Active& a = queue_.front();
         if (a.finished) {
-          cancel_receives(a.round);
-          draining_.push_back(std::move(a));
+          drain(a);
         } else {
           active_.push_back(std::move(a));
         }
@@ -197,8 +201,7 @@ void Engine::loop() {
           // Finished early (an error while posting): what it posted must
           // complete before its buffers go.
           if (finished && !a.round.empty()) {
-            cancel_receives(a.round);
-            draining_.push_back(std::move(a));
+            drain(a);
           }
         }
         progressed = progressed || done;
@@ -226,8 +229,7 @@ void Engine::loop() {
     const std::lock_guard lock(mu_);
     for (Active& a : queue_) {
       if (a.finished) {
-        cancel_receives(a.round);
-        draining_.push_back(std::move(a));
+        drain(a);
       } else {
         drop(a, cancelled("the MPI world was shut down"));
       }

@@ -6,6 +6,7 @@
 // calling its kernel's done. No oneTBB worker ever blocks in MPI.
 #pragma once
 
+#include <graphrun/op_kernel.h>
 #include <graphrun/status.h>
 #include <mpi.h>
 
@@ -60,6 +61,30 @@ class Operation {
   virtual void abandon(Status why) = 0;
 };
 
+// An operation that ends an asynchronous kernel: it holds the step's
+// context and the kernel's done, calls done once (finish), and counts as
+// stopped when the step is.
+class KernelOperation : public Operation {
+ public:
+  KernelOperation(OpKernelContext& ctx, AsyncOpKernel::Done done)
+      : ctx_(&ctx), done_(std::move(done)) {}
+  bool stopped() const override { return ctx_ != nullptr && ctx_->is_cancelled(); }
+  void abandon(Status why) override { static_cast<void>(finish(std::move(why))); }
+
+ protected:
+  // Calls done with `s` unless it was called; returns true (finished).
+  bool finish(Status s) {
+    if (ctx_ != nullptr) {
+      ctx_ = nullptr;
+      AsyncOpKernel::Done done = std::move(done_);
+      done(std::move(s));
+    }
+    return true;
+  }
+  OpKernelContext* ctx_;  // null once done was called
+  AsyncOpKernel::Done done_;
+};
+
 // Thread safety: submit() and start() are thread-safe; the rest runs on
 // its thread.
 class Engine {
@@ -92,6 +117,9 @@ class Engine {
   // Tests `round`; an MPI error is returned, completion in `done`.
   static Status test(Round& round, bool& done);
   void drop(Active& a, Status why);
+  // Cancels the round's receives and keeps `a` (done was called) until its
+  // requests complete; an empty round is dropped at once.
+  void drain(Active& a);
   // MPI_Cancel on the round's receives still out.
   static void cancel_receives(Round& round);
   // Forgets the abandoned operations whose requests have all completed.

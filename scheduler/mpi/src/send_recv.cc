@@ -29,27 +29,13 @@ uint64_t counter_of(uint64_t hash, int peer, bool send) {
   return hash ^ (0x9e3779b97f4a7c15ull * (2 * static_cast<uint64_t>(peer) + (send ? 1 : 0) + 1));
 }
 
-// The shared part of both kernels: the step's context and done, called once.
-class Transfer : public internal::Operation {
+// The shared part of both kernels: the peer and the tag.
+class Transfer : public internal::KernelOperation {
  public:
   Transfer(OpKernelContext& ctx, AsyncOpKernel::Done done, int peer, int tag, MPI_Comm comm)
-      : ctx_(&ctx), done_(std::move(done)), peer_(peer), tag_(tag), comm_(comm) {}
-
-  bool stopped() const override { return ctx_ != nullptr && ctx_->is_cancelled(); }
-  void abandon(Status why) override { static_cast<void>(finish(std::move(why))); }
+      : KernelOperation(ctx, std::move(done)), peer_(peer), tag_(tag), comm_(comm) {}
 
  protected:
-  bool finish(Status s) {
-    if (ctx_ != nullptr) {
-      ctx_ = nullptr;
-      AsyncOpKernel::Done done = std::move(done_);
-      done(std::move(s));
-    }
-    return true;
-  }
-
-  OpKernelContext* ctx_;  // null once done was called
-  AsyncOpKernel::Done done_;
   const int peer_;
   const int tag_;
   const MPI_Comm comm_;
@@ -205,11 +191,8 @@ class TransferKernel final : public AsyncOpKernel {
 };
 
 Result<std::unique_ptr<OpKernel>> make_transfer(OpKernelConstruction& c, bool send) {
-  std::shared_ptr<World> world = World::current();
   const Node& node = c.node();
-  if (world == nullptr) {
-    return failed_precondition("{} needs graphrun::mpi::World::init() first", node.describe());
-  }
+  GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<World> world, internal::world_for(node));
   GRAPHRUN_ASSIGN_OR_RETURN(std::string name, c.attr<std::string>("tensor_name"));
   if (name.empty()) {
     return invalid_argument("{}: tensor_name is empty; a Send and its Recv meet by it",

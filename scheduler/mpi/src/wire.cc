@@ -38,6 +38,14 @@ Status claim_key_id(const std::string& key, uint64_t hash, std::string_view what
   return Status::ok();
 }
 
+Result<std::shared_ptr<World>> world_for(const Node& node) {
+  std::shared_ptr<World> world = World::current();
+  if (world == nullptr) {
+    return failed_precondition("{} needs graphrun::mpi::World::init() first", node.describe());
+  }
+  return world;
+}
+
 Header header_of(const Tensor& t, uint64_t key_hash, uint64_t invocation) {
   Header h;
   h.key_hash = key_hash;

@@ -5,11 +5,13 @@
 // repeats the key's full hash and the invocation, checked on receipt.
 #pragma once
 
+#include <graphrun/mpi.h>
 #include <graphrun/op_kernel.h>
 #include <graphrun/status.h>
 #include <graphrun/tensor.h>
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <string_view>
 
@@ -47,6 +49,10 @@ Status check_dtype(const Header& h);
 
 // A tensor of the header's dtype and shape for its bytes, or why not.
 Result<Tensor> tensor_for(const Header& h);
+
+// The live World for a kernel of `node`, or FailedPrecondition naming the
+// node and World::init().
+Result<std::shared_ptr<World>> world_for(const Node& node);
 
 // Registers MpiSend and MpiRecv (send_recv.cc).
 void register_transfer_ops(OpRegistry& registry);
