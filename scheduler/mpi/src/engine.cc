@@ -54,8 +54,8 @@ Status Round::post(bool receive, void* data, std::size_t bytes, int peer, int ta
   return Status::ok();
 }
 
-Engine::Engine(MPI_Comm comm, bool multiple)
-    : comm_(comm), multiple_(multiple), thread_([this] { loop(); }) {}
+Engine::Engine(MPI_Comm comm, MPI_Comm control, bool multiple)
+    : comm_(comm), control_(control), multiple_(multiple), thread_([this] { loop(); }) {}
 
 Engine::~Engine() {
   {

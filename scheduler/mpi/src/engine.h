@@ -90,8 +90,9 @@ class KernelOperation : public Operation {
 class Engine {
  public:
   // `multiple`: MPI granted MPI_THREAD_MULTIPLE, so start() may make MPI
-  // calls on the kernel's thread too.
-  Engine(MPI_Comm comm, bool multiple);
+  // calls on the kernel's thread too. `comm` carries the kernels' tensors,
+  // `control` the distributed session's control messages.
+  Engine(MPI_Comm comm, MPI_Comm control, bool multiple);
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
   // Abandons what is still in flight (Cancelled) and joins the thread.
@@ -105,6 +106,7 @@ class Engine {
   // goes to the progress thread. Without MPI_THREAD_MULTIPLE: submit().
   void start(std::unique_ptr<Operation> op);
   MPI_Comm comm() const { return comm_; }
+  MPI_Comm control_comm() const { return control_; }
 
  private:
   struct Active {
@@ -126,6 +128,7 @@ class Engine {
   void test_draining();
 
   MPI_Comm comm_;
+  MPI_Comm control_;
   std::mutex mu_;
   std::condition_variable cv_;
   const bool multiple_;

@@ -9,6 +9,8 @@
 #include <graphrun/mpi.h>
 #include <mpi.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <utility>
@@ -44,8 +46,8 @@ class Transfer : public internal::KernelOperation {
 class SendOp final : public Transfer {
  public:
   SendOp(OpKernelContext& ctx, AsyncOpKernel::Done done, int peer, uint64_t hash,
-         uint64_t invocation, MPI_Comm comm)
-      : Transfer(ctx, std::move(done), peer, internal::tag_of(hash, invocation), comm),
+         uint64_t invocation, int tag, MPI_Comm comm)
+      : Transfer(ctx, std::move(done), peer, tag, comm),
         input_(ctx.input(0)),
         header_(internal::header_of(input_, hash, invocation)) {}
 
@@ -72,8 +74,9 @@ class SendOp final : public Transfer {
 class RecvOp final : public Transfer {
  public:
   RecvOp(OpKernelContext& ctx, AsyncOpKernel::Done done, int peer, uint64_t hash,
-         uint64_t invocation, MPI_Comm comm, DType dtype, Shape shape, const std::string* what)
-      : Transfer(ctx, std::move(done), peer, internal::tag_of(hash, invocation), comm),
+         uint64_t invocation, int tag, MPI_Comm comm, DType dtype, Shape shape,
+         const std::string* what)
+      : Transfer(ctx, std::move(done), peer, tag, comm),
         hash_(hash),
         invocation_(invocation),
         dtype_(dtype),
@@ -154,27 +157,41 @@ class RecvOp final : public Transfer {
   std::vector<char> drain_;
 };
 
+// A Send or a Recv. Of a tensor name (MpiSend, MpiRecv): the n-th
+// invocation of the name meets the n-th on the peer. Of a partitioned
+// graph's edge (MpiPartitionSend, MpiPartitionRecv; `edge` >= 0): the
+// step id, the kernel's last input, is the invocation, so that concurrent
+// steps never mix.
 class TransferKernel final : public AsyncOpKernel {
  public:
-  TransferKernel(std::shared_ptr<World> world, bool send, int peer, uint64_t hash, DType dtype,
-                 Shape shape, std::string what)
+  TransferKernel(std::shared_ptr<World> world, bool send, int peer, uint64_t hash, int edge,
+                 DType dtype, Shape shape, std::string what)
       : world_(std::move(world)),
         send_(send),
         peer_(peer),
         hash_(hash),
         counter_(counter_of(hash, peer, send)),
+        edge_(edge),
         dtype_(dtype),
         shape_(std::move(shape)),
         what_(std::move(what)) {}
 
   void compute_async(OpKernelContext& ctx, Done done) override {
-    const uint64_t invocation = world_->next_invocation(counter_);
+    uint64_t invocation = 0;
+    int tag = 0;
+    if (edge_ >= 0) {
+      invocation = static_cast<uint64_t>(ctx.input(ctx.num_inputs() - 1).scalar<int64_t>());
+      tag = internal::edge_tag(edge_, invocation);
+    } else {
+      invocation = world_->next_invocation(counter_);
+      tag = internal::tag_of(hash_, invocation);
+    }
     internal::Engine& engine = world_->engine();
     if (send_) {
-      engine.start(
-          std::make_unique<SendOp>(ctx, std::move(done), peer_, hash_, invocation, engine.comm()));
+      engine.start(std::make_unique<SendOp>(ctx, std::move(done), peer_, hash_, invocation, tag,
+                                            engine.comm()));
     } else {
-      engine.start(std::make_unique<RecvOp>(ctx, std::move(done), peer_, hash_, invocation,
+      engine.start(std::make_unique<RecvOp>(ctx, std::move(done), peer_, hash_, invocation, tag,
                                             engine.comm(), dtype_, shape_, &what_));
     }
   }
@@ -185,28 +202,41 @@ class TransferKernel final : public AsyncOpKernel {
   const int peer_;
   const uint64_t hash_;
   const uint64_t counter_;
+  const int edge_;  // -1: matched by tensor name and invocation count
   const DType dtype_;
   const Shape shape_;
   const std::string what_;
 };
 
-Result<std::unique_ptr<OpKernel>> make_transfer(OpKernelConstruction& c, bool send) {
+Result<std::unique_ptr<OpKernel>> make_transfer(OpKernelConstruction& c, bool send,
+                                                bool partition) {
   const Node& node = c.node();
   GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<World> world, internal::world_for(node));
-  GRAPHRUN_ASSIGN_OR_RETURN(std::string name, c.attr<std::string>("tensor_name"));
-  if (name.empty()) {
-    return invalid_argument("{}: tensor_name is empty; a Send and its Recv meet by it",
-                            node.describe());
-  }
   GRAPHRUN_ASSIGN_OR_RETURN(int64_t peer, c.attr<int64_t>(send ? "dest" : "source"));
   if (peer < 0 || peer >= world->size()) {
     return invalid_argument("{}: {} {} is not a rank of this world of {}", node.describe(),
                             send ? "dest" : "source", peer, world->size());
   }
-  // Tensor names and collective keys share the tag space, apart by prefix.
-  const std::string key = "tensor " + name;
+  std::string key;
+  int64_t edge = -1;
+  if (partition) {
+    GRAPHRUN_ASSIGN_OR_RETURN(edge, c.attr<int64_t>("edge"));
+    if (edge < 0 || edge >= internal::kMaxEdges) {
+      return invalid_argument("{}: edge {} is outside [0, {})", node.describe(), edge,
+                              internal::kMaxEdges);
+    }
+    key = fmt::format("edge {}", edge);  // in the header only: edges have tags of their own
+  } else {
+    GRAPHRUN_ASSIGN_OR_RETURN(std::string name, c.attr<std::string>("tensor_name"));
+    if (name.empty()) {
+      return invalid_argument("{}: tensor_name is empty; a Send and its Recv meet by it",
+                              node.describe());
+    }
+    // Tensor names and collective keys share the tag space, apart by prefix.
+    key = "tensor " + name;
+  }
   const uint64_t hash = internal::hash_key(key);
-  GRAPHRUN_RETURN_IF_ERROR(internal::claim_key_id(key, hash, "key"));
+  if (!partition) GRAPHRUN_RETURN_IF_ERROR(internal::claim_key_id(key, hash, "key"));
   DType dtype = DType::kFloat32;
   Shape shape = Shape::unknown();
   if (!send) {
@@ -214,7 +244,8 @@ Result<std::unique_ptr<OpKernel>> make_transfer(OpKernelConstruction& c, bool se
     GRAPHRUN_ASSIGN_OR_RETURN(shape, c.attr<Shape>("shape"));
   }
   return std::make_unique<TransferKernel>(std::move(world), send, static_cast<int>(peer), hash,
-                                          dtype, std::move(shape), node.describe());
+                                          static_cast<int>(edge), dtype, std::move(shape),
+                                          node.describe());
 }
 
 Status recv_shape(InferenceContext& c) {
@@ -228,26 +259,54 @@ Status recv_shape(InferenceContext& c) {
 namespace internal {
 
 void register_transfer_ops(OpRegistry& registry) {
-  static_cast<void>(registry.add(OpDef("MpiSend")
-                                     .input("x", "T")
-                                     .type_attr("T", all_dtypes())
-                                     .attr("tensor_name", std::string())
-                                     .attr("dest", int64_t{0})
-                                     .stateful()
-                                     .doc("Sends x to MPI rank `dest`, to the MpiRecv of the same "
-                                          "tensor_name there."),
-                                 [](OpKernelConstruction& c) { return make_transfer(c, true); }));
-  static_cast<void>(registry.add(OpDef("MpiRecv")
-                                     .output("y", "T")
-                                     .type_attr("T", all_dtypes())
-                                     .attr("tensor_name", std::string())
-                                     .attr("source", int64_t{0})
-                                     .attr("shape", Shape::unknown())
-                                     .stateful()
-                                     .shape_fn(recv_shape)
-                                     .doc("The tensor MPI rank `source` sent with the same "
-                                          "tensor_name."),
-                                 [](OpKernelConstruction& c) { return make_transfer(c, false); }));
+  static_cast<void>(
+      registry.add(OpDef("MpiSend")
+                       .input("x", "T")
+                       .type_attr("T", all_dtypes())
+                       .attr("tensor_name", std::string())
+                       .attr("dest", int64_t{0})
+                       .stateful()
+                       .doc("Sends x to MPI rank `dest`, to the MpiRecv of the same "
+                            "tensor_name there."),
+                   [](OpKernelConstruction& c) { return make_transfer(c, true, false); }));
+  static_cast<void>(
+      registry.add(OpDef("MpiRecv")
+                       .output("y", "T")
+                       .type_attr("T", all_dtypes())
+                       .attr("tensor_name", std::string())
+                       .attr("source", int64_t{0})
+                       .attr("shape", Shape::unknown())
+                       .stateful()
+                       .shape_fn(recv_shape)
+                       .doc("The tensor MPI rank `source` sent with the same "
+                            "tensor_name."),
+                   [](OpKernelConstruction& c) { return make_transfer(c, false, false); }));
+  // The pairs a partitioned graph's cross-rank edges become: keyed by edge
+  // and step id (the int64 `step` input, the same on every rank of a step).
+  static_cast<void>(
+      registry.add(OpDef("MpiPartitionSend")
+                       .input("x", "T")
+                       .input("step", DType::kInt64)
+                       .type_attr("T", all_dtypes())
+                       .attr("edge", int64_t{0})
+                       .attr("dest", int64_t{0})
+                       .stateful()
+                       .doc("Sends x over cross-rank edge `edge` of a partitioned "
+                            "graph to rank `dest` in step `step`."),
+                   [](OpKernelConstruction& c) { return make_transfer(c, true, true); }));
+  static_cast<void>(
+      registry.add(OpDef("MpiPartitionRecv")
+                       .input("step", DType::kInt64)
+                       .output("y", "T")
+                       .type_attr("T", all_dtypes())
+                       .attr("edge", int64_t{0})
+                       .attr("source", int64_t{0})
+                       .attr("shape", Shape::unknown())
+                       .stateful()
+                       .shape_fn(recv_shape)
+                       .doc("The tensor rank `source` sends over cross-rank edge "
+                            "`edge` of a partitioned graph in step `step`."),
+                   [](OpKernelConstruction& c) { return make_transfer(c, false, true); }));
 }
 
 }  // namespace internal

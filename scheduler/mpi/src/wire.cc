@@ -8,7 +8,11 @@ namespace graphrun::mpi::internal {
 
 namespace {
 int key_id(uint64_t hash) {
-  return static_cast<int>((hash ^ (hash >> 32)) & ((uint64_t{1} << kKeyBits) - 1));
+  return static_cast<int>((hash ^ (hash >> 32)) & ((uint64_t{1} << (kKeyBits - 1)) - 1));
+}
+
+int low_bits(uint64_t invocation) {
+  return static_cast<int>(invocation & ((uint64_t{1} << kInvocationBits) - 1));
 }
 }  // namespace
 
@@ -22,8 +26,11 @@ uint64_t hash_key(std::string_view key) {
 }
 
 int tag_of(uint64_t hash, uint64_t invocation) {
-  return key_id(hash) << kInvocationBits |
-         static_cast<int>(invocation & ((uint64_t{1} << kInvocationBits) - 1));
+  return key_id(hash) << kInvocationBits | low_bits(invocation);
+}
+
+int edge_tag(int edge, uint64_t step) {
+  return (kMaxEdges + edge) << kInvocationBits | low_bits(step);
 }
 
 Status claim_key_id(const std::string& key, uint64_t hash, std::string_view what) {

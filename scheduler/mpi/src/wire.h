@@ -19,12 +19,18 @@ namespace graphrun::mpi::internal {
 
 inline constexpr int kKeyBits = 20;
 inline constexpr int kInvocationBits = 10;
+// Hashed keys take the lower half of the key ids; the edges of a
+// partitioned graph (numbered the same on every rank) the upper half.
+inline constexpr int kMaxEdges = 1 << (kKeyBits - 1);
 
 // FNV-1a of `key`.
 uint64_t hash_key(std::string_view key);
 
 // The tag of invocation `invocation` of the key hashed `hash`.
 int tag_of(uint64_t hash, uint64_t invocation);
+
+// The tag of cross-rank edge `edge` (< kMaxEdges) in step `step`.
+int edge_tag(int edge, uint64_t step);
 
 // Two keys of one process on the same tag bits would mix their messages:
 // the second key to claim an id is refused (InvalidArgument naming both).

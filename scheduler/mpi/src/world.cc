@@ -57,12 +57,20 @@ Result<std::shared_ptr<World>> World::init(int* argc, char*** argv) {
         "MPI_THREAD_MULTIPLE (initialise MPI with MPI_Init_thread, or let World::init do it)",
         provided));
   }
+  // One communicator for the kernels' tensors, one for the distributed
+  // session's control messages: their tags never meet.
   MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm control = MPI_COMM_NULL;
   if (const int rc = MPI_Comm_dup(MPI_COMM_WORLD, &comm); rc != MPI_SUCCESS) {
+    return fail(internal::mpi_error(rc, "MPI_Comm_dup"));
+  }
+  if (const int rc = MPI_Comm_dup(MPI_COMM_WORLD, &control); rc != MPI_SUCCESS) {
+    MPI_Comm_free(&comm);
     return fail(internal::mpi_error(rc, "MPI_Comm_dup"));
   }
   // Errors come back as codes (turned into Status), never abort the job.
   MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(control, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm, &world->rank_);
   MPI_Comm_size(comm, &world->size_);
   int* tag_bound = nullptr;
@@ -70,12 +78,14 @@ Result<std::shared_ptr<World>> World::init(int* argc, char*** argv) {
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, static_cast<void*>(&tag_bound), &has_bound);
   if (has_bound == 0 || tag_bound == nullptr || *tag_bound < kNeededTagBound) {
     MPI_Comm_free(&comm);
+    MPI_Comm_free(&control);
     return fail(unimplemented("this MPI's largest tag is {}; graphrun needs at least 2^30 - 1",
                               has_bound != 0 && tag_bound != nullptr ? *tag_bound : 0));
   }
   world->thread_level_ = provided;
   world->invocations_ = std::make_unique<Invocations>();
-  world->engine_ = std::make_unique<internal::Engine>(comm, provided == MPI_THREAD_MULTIPLE);
+  world->engine_ =
+      std::make_unique<internal::Engine>(comm, control, provided == MPI_THREAD_MULTIPLE);
   register_ops(OpRegistry::global());
   g_world = world;
   return world;
@@ -88,8 +98,10 @@ std::shared_ptr<World> World::current() {
 
 World::~World() {
   MPI_Comm comm = engine_ != nullptr ? engine_->comm() : MPI_COMM_NULL;
+  MPI_Comm control = engine_ != nullptr ? engine_->control_comm() : MPI_COMM_NULL;
   engine_.reset();  // joins the progress thread
   if (comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+  if (control != MPI_COMM_NULL) MPI_Comm_free(&control);
   if (finalize_) {
     MPI_Finalize();
     const std::lock_guard lock(g_mu);

@@ -20,8 +20,10 @@
 
 #include <graphrun/graph.h>
 #include <graphrun/op_kernel.h>
+#include <graphrun/session.h>
 #include <graphrun/status.h>
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -94,6 +96,78 @@ enum class Reduction : uint8_t {
 /// (World::init does so for OpRegistry::global()). AlreadyExists-safe:
 /// registering twice keeps the first.
 void register_ops(OpRegistry& registry);
+
+/// How a DistributedSession meets its workers.
+struct ClusterOptions {
+  /// How long create() waits for every worker to answer (a rank that is
+  /// not in serve() yet, or never will be, makes create() Unavailable).
+  std::chrono::milliseconds connect_timeout{60000};
+  /// How long close() waits for every worker to confirm it stopped.
+  std::chrono::milliseconds close_timeout{30000};
+};
+
+/// One graph across the ranks of the World, driven from rank 0 (TF1's
+/// distributed Session): every rank builds the same graph; rank 0 makes a
+/// DistributedSession, ranks 1..n-1 call serve() with it. The graph is
+/// placed (place(): device strings, variables with their users, other
+/// nodes with their first input) and cut by rank; each cross-rank edge
+/// becomes a Send/Recv pair keyed by edge and step, so concurrent steps
+/// never mix. run() computes what the fetches need on whichever ranks it
+/// lives, feeds a tensor on the rank that produces it and returns the
+/// fetches to rank 0; results are those of one process. Every rank's part
+/// of a step runs as an asynchronous step of that rank's own Session (its
+/// nodes, a Recv waiting holds no thread).
+///
+///   auto world = mpi::World::init(&argc, &argv).value();
+///   Graph g = build();                                 // the same on every rank
+///   if (world->rank() == 0) {
+///     auto session = mpi::DistributedSession::create(g).value();
+///     session->run({{"x", x}}, {"y"});
+///     session->close();                                // the workers' serve() returns
+///   } else {
+///     mpi::serve(g).check();
+///   }
+///
+/// Thread safety: thread-safe (runs from many threads at once). Ownership:
+/// the session copies the graph; destroying it closes it.
+class DistributedSession {
+ public:
+  /// On rank 0 of a live World: places and cuts `graph`, and waits until
+  /// every other rank's serve() confirmed it holds the same graph
+  /// (FailedPrecondition naming the rank otherwise, Unavailable when one
+  /// does not answer within options.connect_timeout).
+  static Result<std::unique_ptr<DistributedSession>> create(const Graph& graph,
+                                                            SessionOptions options = {},
+                                                            ClusterOptions cluster = {});
+  ~DistributedSession();
+  DistributedSession(const DistributedSession&) = delete;
+  DistributedSession& operator=(const DistributedSession&) = delete;
+
+  /// Session::run across the ranks: the fetched tensors in order, or the
+  /// first error of any rank (prefixed "rank N: " when it comes from a
+  /// worker); an error ends the step on every rank. RunOptions::timeout
+  /// and stop_token reach every rank's part; tracing is not collected.
+  Result<std::vector<Tensor>> run(const FeedList& feeds, const std::vector<TensorRef>& fetches,
+                                  const std::vector<TargetRef>& targets = {},
+                                  const RunOptions& options = {});
+  /// Ends the steps in flight (Cancelled) and every worker's serve();
+  /// later runs are Cancelled. Idempotent.
+  Status close();
+  /// The rank of every node of the graph (by id), as placed.
+  const std::vector<int>& placement() const;
+
+ private:
+  struct Impl;
+  explicit DistributedSession(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+/// A worker's loop, on ranks 1..n-1: answers the driver's DistributedSession
+/// over `graph` (which must be the driver's: the same nodes built in the
+/// same order), runs this rank's part of each step on a Session of its own
+/// made with `options`, and returns OK when the driver closes. Errors: no
+/// World, rank 0, or a graph different from the driver's.
+Status serve(const Graph& graph, SessionOptions options = {});
 
 }  // namespace graphrun::mpi
 

@@ -1,0 +1,86 @@
+// A graph cut by rank (docs/distributed.md, Partitioning). Every rank
+// builds the same Partition from the same graph: place() gives each node a
+// rank, and every data or control edge between ranks becomes an edge with
+// an id, numbered in the same order everywhere. A rank's local graph holds
+// its own nodes (same names, attributes and kernels), an MpiPartitionRecv
+// for each edge into it and an MpiPartitionSend for each edge out of it,
+// all keyed by the step id fed into the "step" placeholder. A control edge
+// sends the step id itself. Fetches of tensors on other ranks add fetch
+// edges later (add_fetch_edge), with ids the driver hands out.
+//
+// Thread safety: thread-compatible; the session serialises changes.
+#pragma once
+
+#include <graphrun/graph.h>
+#include <graphrun/status.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <vector>
+
+namespace graphrun::mpi::internal {
+
+struct CrossEdge {
+  int id = 0;
+  int from = 0;                // the sending rank
+  int to = 0;                  // the receiving rank
+  int node = 0;                // the source node's id in the global graph
+  int output = 0;              // its output, -1 for a control edge
+  std::vector<int> consumers;  // global ids of the nodes on `to` that read it
+};
+
+class Partition {
+ public:
+  // Cuts `global` (which must outlive the partition) for `rank` of a world
+  // of `num_ranks`.
+  static Result<std::unique_ptr<Partition>> make(const Graph& global, int num_ranks, int rank);
+
+  const Graph& global() const { return *global_; }
+  // This rank's graph; grows with add_fetch_edge.
+  const Graph& local() const { return local_; }
+  int rank() const { return rank_; }
+  int rank_of(int node) const { return ranks_[static_cast<std::size_t>(node)]; }
+  const std::vector<int>& ranks() const { return ranks_; }
+  const std::vector<CrossEdge>& edges() const { return edges_; }
+  // The name of the step-id placeholder in local().
+  const std::string& step_name() const { return step_name_; }
+  // The local Send node of edge `id` from this rank ("" if none).
+  const std::string& send_name(int id) const;
+  // The local Recv output ("name:0") of edge `id` into this rank.
+  const std::string& recv_name(int id) const;
+
+  // Edge `id` carrying `tensor` (a global "node:index" produced on
+  // `from`) to `to`: adds its Send or Recv when this rank is one end and
+  // the edge is new. Idempotent.
+  Status add_fetch_edge(int id, const std::string& tensor, int from, int to);
+  // The id after every edge so far (static and fetch edges).
+  int next_edge_id() const { return next_edge_; }
+
+  // A fingerprint of the global graph (names, ops, devices, inputs): ranks
+  // that built different graphs are told apart before a step runs.
+  static uint64_t fingerprint(const Graph& g);
+
+ private:
+  Partition(const Graph& global, int rank) : global_(&global), rank_(rank) {}
+  Status build(int num_ranks);
+  Status add_send(const CrossEdge& e, Output x);
+  Status add_recv(const CrossEdge& e, DType dtype, const Shape& shape);
+  std::string fresh_name(const std::string& base) const;
+
+  const Graph* global_;
+  int rank_;
+  Graph local_;
+  std::vector<int> ranks_;
+  std::vector<CrossEdge> edges_;
+  std::vector<const Node*> local_of_;  // global id -> local node (this rank's)
+  Output step_;
+  std::string step_name_;
+  std::map<int, std::string> sends_;  // edge id -> local Send node
+  std::map<int, std::string> recvs_;  // edge id -> local Recv output
+  int next_edge_ = 0;
+};
+
+}  // namespace graphrun::mpi::internal

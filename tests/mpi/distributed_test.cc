@@ -1,0 +1,329 @@
+// One graph across ranks: DistributedSession on rank 0, serve() on the
+// others (part of mpi_test, run under mpirun on 1, 2 and 4 ranks). Every
+// rank builds the same graph; nodes go to the last rank ("far") with a
+// device scope, so that on 1 rank everything is local and on 4 ranks two
+// ranks serve without work. Results are checked against an ordinary
+// Session over the same graph in the driver's process.
+#include <graphrun/graphrun.h>
+#include <graphrun/mpi.h>
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <atomic>
+#include <chrono>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/testing/op_harness.h"
+
+namespace graphrun {
+namespace {
+
+using namespace std::chrono_literals;
+using testing::IsOk;
+using testing::StatusIs;
+
+int rank() { return mpi::World::current()->rank(); }
+int size() { return mpi::World::current()->size(); }
+std::string far() { return "/rank:" + std::to_string(size() - 1); }
+
+RunOptions bounded() {
+  RunOptions options;
+  options.timeout = 60s;
+  return options;
+}
+
+SessionOptions threads(int n) {
+  SessionOptions options;
+  options.inter_op_threads = n;
+  return options;
+}
+
+// Rank 0 drives `g` with `drive`; the other ranks serve it until it closes.
+void across_ranks(const Graph& g, const std::function<void(mpi::DistributedSession&)>& drive,
+                  SessionOptions options = threads(2)) {
+  if (rank() != 0) {
+    EXPECT_THAT(mpi::serve(g, options), IsOk());
+    return;
+  }
+  auto session = mpi::DistributedSession::create(g, options);
+  ASSERT_THAT(session, IsOk());
+  drive(**session);
+  EXPECT_THAT((*session)->close(), IsOk());
+}
+
+class DistributedTest : public ::testing::Test {
+ protected:
+  void TearDown() override { MPI_Barrier(MPI_COMM_WORLD); }
+};
+
+// x (rank 0) -> MatMul with w on the far rank -> Add on rank 0, and a
+// tensor of the far rank fetched directly.
+struct TwoStage {
+  Graph g;
+  Output x, w, product, sum, scaled;
+  TwoStage() {
+    x = ops::Placeholder(g, DType::kFloat32, Shape{2, 2}, "x");
+    {
+      auto scope = g.device(far());
+      w = ops::Const(g, Tensor::matrix<float>({{1, 2}, {3, 4}}), "w");
+      product = ops::MatMul(g, x, w, {}, "product");
+      scaled = ops::Mul(g, product, ops::Const(g, Tensor(2.0f)), "scaled");
+    }
+    auto back = g.device("/rank:0");  // else it would follow `product`
+    sum = ops::Add(g, product, x, "sum");
+  }
+};
+
+TEST_F(DistributedTest, RunAcrossRanksGivesTheResultsOfOneProcess) {
+  TwoStage t;
+  ASSERT_THAT(t.g.status(), IsOk());
+  const Tensor x = Tensor::matrix<float>({{1, -1}, {0.5f, 2}});
+  across_ranks(t.g, [&](mpi::DistributedSession& s) {
+    const auto& placed = s.placement();
+    EXPECT_EQ(placed[t.product.node()->id()], size() - 1);
+    EXPECT_EQ(placed[t.sum.node()->id()], 0);
+    auto local = Session::create(t.g).value();
+    auto want = local->run({{t.x, x}}, {t.sum, t.scaled, t.product}).value();
+    for (int k = 0; k < 3; ++k) {  // the same signature again: cached plans
+      auto got = s.run({{t.x, x}}, {t.sum, t.scaled, t.product}, {}, bounded());
+      ASSERT_THAT(got, IsOk());
+      ASSERT_EQ(got->size(), 3u);
+      for (std::size_t i = 0; i < 3; ++i) EXPECT_TRUE((*got)[i].equals(want[i])) << i;
+    }
+    // Another signature, by name, fetching a far tensor only.
+    auto only_far = s.run({{"x", x}}, {"scaled:0"}, {}, bounded());
+    ASSERT_THAT(only_far, IsOk());
+    EXPECT_TRUE((*only_far)[0].equals(want[1]));
+  });
+}
+
+TEST_F(DistributedTest, AnyTensorMayBeFedOnWhicheverRankMakesIt) {
+  TwoStage t;
+  const Tensor x = Tensor::matrix<float>({{1, 0}, {0, 1}});
+  const Tensor p = Tensor::matrix<float>({{10, 20}, {30, 40}});
+  across_ranks(t.g, [&](mpi::DistributedSession& s) {
+    // `product` lives on the far rank: fed there, its MatMul does not run.
+    auto got = s.run({{t.x, x}, {t.product, p}}, {t.sum, t.scaled}, {}, bounded());
+    ASSERT_THAT(got, IsOk());
+    EXPECT_TRUE((*got)[0].equals(Tensor::matrix<float>({{11, 20}, {30, 41}})));
+    EXPECT_TRUE((*got)[1].equals(Tensor::matrix<float>({{20, 40}, {60, 80}})));
+    // Fetching a fed tensor returns the fed value.
+    auto fed = s.run({{t.product, p}}, {t.product}, {}, bounded());
+    ASSERT_THAT(fed, IsOk());
+    EXPECT_TRUE((*fed)[0].equals(p));
+  });
+}
+
+// A variable on the far rank, updated from many threads of the driver at
+// once, read from rank 0 through another signature: no update is lost.
+TEST_F(DistributedTest, ConcurrentUpdatesOfAFarVariableAreNeverLost) {
+  Graph g;
+  Output var, add, read;
+  {
+    auto scope = g.device(far());
+    var = ops::Variable(g, Tensor(int64_t{0}), "counter");
+    add = ops::AssignAdd(g, var, ops::Const(g, Tensor(int64_t{1})), {}, "bump");
+  }
+  read = ops::Identity(g, ops::ReadVariable(g, var), "read");  // placed with the variable
+  const Node* init = ops::GlobalVariablesInitializer(g);
+  ASSERT_THAT(g.status(), IsOk());
+  constexpr int kThreads = 4;
+  constexpr int kEach = 25;
+  across_ranks(
+      g,
+      [&](mpi::DistributedSession& s) {
+        ASSERT_THAT(s.run({}, {}, {init}, bounded()), IsOk());
+        std::vector<std::thread> workers;
+        std::atomic<int> failures{0};
+        for (int k = 0; k < kThreads; ++k) {
+          workers.emplace_back([&] {
+            for (int i = 0; i < kEach; ++i) {
+              if (!s.run({}, {}, {add.node()}, bounded()).is_ok()) ++failures;
+            }
+          });
+        }
+        for (auto& w : workers) w.join();
+        EXPECT_EQ(failures.load(), 0);
+        auto total = s.run({}, {read}, {}, bounded());
+        ASSERT_THAT(total, IsOk());
+        EXPECT_EQ((*total)[0].scalar<int64_t>(), kThreads * kEach);
+      },
+      threads(kThreads));
+}
+
+// A control edge across ranks orders the nodes as in one process.
+TEST_F(DistributedTest, ControlEdgesCrossRanks) {
+  Graph g;
+  Output var, bump;
+  {
+    auto scope = g.device(far());
+    var = ops::Variable(g, Tensor(10.0f), "v");
+    bump = ops::AssignAdd(g, var, ops::Const(g, Tensor(1.0f)), {}, "bump");
+  }
+  const Node* init = ops::GlobalVariablesInitializer(g);
+  Output after;
+  {
+    auto deps = g.control_dependencies({bump.node()});
+    after = ops::Const(g, Tensor(7.0f), "after");  // rank 0, after bump
+  }
+  Output read;
+  {
+    auto scope = g.device(far());
+    read = ops::ReadVariable(g, var, "read");
+  }
+  ASSERT_THAT(g.status(), IsOk());
+  across_ranks(g, [&](mpi::DistributedSession& s) {
+    ASSERT_THAT(s.run({}, {}, {init}, bounded()), IsOk());
+    for (int k = 0; k < 3; ++k) {
+      auto got = s.run({}, {after}, {}, bounded());
+      ASSERT_THAT(got, IsOk());
+      EXPECT_EQ((*got)[0].scalar<float>(), 7.0f);
+    }
+    auto v = s.run({}, {read}, {}, bounded());
+    ASSERT_THAT(v, IsOk());
+    EXPECT_EQ((*v)[0].scalar<float>(), 13.0f);  // bump ran once per step
+  });
+}
+
+// A kernel error on the far rank ends the step everywhere and names the
+// rank and the node; the session goes on.
+TEST_F(DistributedTest, AWorkerErrorNamesItsRankAndNode) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape::unknown(), "x");
+  Output y;
+  {
+    auto scope = g.device(far());
+    y = ops::Call(
+        g, {x}, {DType::kFloat32},
+        [](OpKernelContext& ctx) -> Status {
+          if (ctx.input(0).scalar<float>() < 0) return invalid_argument("negative input");
+          return ctx.set_output(0, ctx.input(0));
+        },
+        {}, "check")[0];
+  }
+  Output z = ops::Add(g, y, x, "z");
+  ASSERT_THAT(g.status(), IsOk());
+  across_ranks(g, [&](mpi::DistributedSession& s) {
+    const std::string where = size() > 1 ? "rank " + std::to_string(size() - 1) + ": " : "";
+    EXPECT_THAT(s.run({{x, Tensor(-1.0f)}}, {z}, {}, bounded()),
+                StatusIs(StatusCode::kInvalidArgument, where + "node 'check' (Call)"));
+    auto ok = s.run({{x, Tensor(2.0f)}}, {z}, {}, bounded());
+    ASSERT_THAT(ok, IsOk());
+    EXPECT_EQ((*ok)[0].scalar<float>(), 4.0f);
+  });
+}
+
+// A deadline ends a step whose far part never finishes, on every rank; so
+// does the caller's stop token.
+TEST_F(DistributedTest, DeadlinesAndStopsReachEveryRank) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  Output slow;
+  {
+    auto scope = g.device(far());
+    slow = ops::Call(
+        g, {x}, {DType::kFloat32},
+        [](OpKernelContext& ctx) -> Status {
+          if (ctx.input(0).scalar<float>() > 0) {
+            while (!ctx.is_cancelled()) std::this_thread::sleep_for(1ms);
+            return cancelled("gave up");
+          }
+          return ctx.set_output(0, ctx.input(0));
+        },
+        {}, "slow")[0];
+  }
+  Output z = ops::Add(g, slow, x, "z");
+  ASSERT_THAT(g.status(), IsOk());
+  across_ranks(g, [&](mpi::DistributedSession& s) {
+    RunOptions soon;
+    soon.timeout = 200ms;
+    EXPECT_THAT(s.run({{x, Tensor(1.0f)}}, {z}, {}, soon),
+                StatusIs(StatusCode::kDeadlineExceeded, ""));
+    std::stop_source stop;
+    RunOptions stoppable = bounded();
+    stoppable.stop_token = stop.get_token();
+    std::thread stopper([&] {
+      std::this_thread::sleep_for(100ms);
+      stop.request_stop();
+    });
+    EXPECT_THAT(s.run({{x, Tensor(1.0f)}}, {z}, {}, stoppable),
+                StatusIs(StatusCode::kCancelled, ""));
+    stopper.join();
+    auto ok = s.run({{x, Tensor(0.0f)}}, {z}, {}, bounded());
+    EXPECT_THAT(ok, IsOk());
+  });
+}
+
+// Ranks that built different graphs never run a step.
+TEST_F(DistributedTest, ADifferentGraphOnAWorkerIsRefusedSkippedOnOneRank) {
+  if (size() == 1) GTEST_SKIP() << "needs a worker rank";
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  if (rank() == size() - 1) static_cast<void>(ops::Identity(g, x, "extra"));
+  ASSERT_THAT(g.status(), IsOk());
+  if (rank() == 0) {
+    EXPECT_THAT(mpi::DistributedSession::create(g),
+                StatusIs(StatusCode::kFailedPrecondition,
+                         "rank " + std::to_string(size() - 1) + ": this rank's graph"));
+  } else if (rank() == size() - 1) {
+    EXPECT_THAT(mpi::serve(g), StatusIs(StatusCode::kFailedPrecondition, "not the driver"));
+  } else {
+    EXPECT_THAT(mpi::serve(g), IsOk());  // closed by the failed create()
+  }
+}
+
+// A placement that cannot hold fails create() and every serve(), naming
+// the node; nobody waits for a hello.
+TEST_F(DistributedTest, APlacementThatCannotHoldFailsOnEveryRank) {
+  Graph bad;  // a fine graph whose placement is not
+  {
+    Output y = ops::Placeholder(bad, DType::kFloat32, Shape{}, "y");
+    auto scope = bad.device("/rank:64");
+    static_cast<void>(ops::Identity(bad, y, "elsewhere"));
+  }
+  ASSERT_THAT(bad.status(), IsOk());
+  if (rank() == 0) {
+    EXPECT_THAT(mpi::DistributedSession::create(bad),
+                StatusIs(StatusCode::kInvalidArgument, "'elsewhere'"));
+  } else {
+    EXPECT_THAT(mpi::serve(bad), StatusIs(StatusCode::kInvalidArgument, "'elsewhere'"));
+  }
+}
+
+TEST_F(DistributedTest, CloseEndsTheWorkersAndLaterRuns) {
+  TwoStage t;
+  if (rank() != 0) {
+    EXPECT_THAT(mpi::serve(t.g), IsOk());
+    return;
+  }
+  auto s = mpi::DistributedSession::create(t.g).value();
+  ASSERT_THAT(s->run({{t.x, Tensor::filled<float>(Shape{2, 2}, 1.0f)}}, {t.sum}, {}, bounded()),
+              IsOk());
+  ASSERT_THAT(s->close(), IsOk());
+  EXPECT_THAT(s->close(), IsOk());
+  EXPECT_THAT(s->run({{t.x, Tensor::filled<float>(Shape{2, 2}, 1.0f)}}, {t.sum}),
+              StatusIs(StatusCode::kCancelled, "closed"));
+}
+
+TEST_F(DistributedTest, MisuseIsReportedOnTheDriver) {
+  TwoStage t;
+  across_ranks(t.g, [&](mpi::DistributedSession& s) {
+    EXPECT_THAT(s.run({}, {"nope:0"}), StatusIs(StatusCode::kNotFound, "nope"));
+    EXPECT_THAT(s.run({}, {}, {"nope"}), StatusIs(StatusCode::kNotFound, "nope"));
+    EXPECT_THAT(s.run({}, {}), StatusIs(StatusCode::kInvalidArgument, "fetch or target"));
+    // x is not fed: the error of rank 0's own part.
+    EXPECT_THAT(s.run({}, {t.sum}, {}, bounded()), StatusIs(StatusCode::kInvalidArgument, "'x'"));
+  });
+  if (rank() == 0) {
+    EXPECT_THAT(mpi::serve(t.g), StatusIs(StatusCode::kFailedPrecondition, "rank 0"));
+  } else {
+    EXPECT_THAT(mpi::DistributedSession::create(t.g),
+                StatusIs(StatusCode::kFailedPrecondition, "rank 0"));
+  }
+}
+
+}  // namespace
+}  // namespace graphrun
