@@ -185,6 +185,10 @@ ROWS = [
     # Send/Recv round trips between ranks 0 and 1: one step on each rank per
     # round trip vs MPI_Send/MPI_Recv.
     ("PingPong4B", "Graphrun", "Mpi", "slowdown", 1.5, "round trip, 1 float: latency"),
+    # One graph across 2 ranks (a DistributedSession, 1 thread each) vs the
+    # same graph in one 1-thread Session.
+    ("FanOut64", "TwoRanks", "OneRank", "speedup", 1.8,
+     "64 MatMuls 256^3, half on rank 1, 1 thread per rank"),
     ("PingPong1M", "Graphrun", "Mpi", "speedup", 0.8,
      "round trip, 1 MiB each way: bandwidth (>= 0.8 of MPI's)"),
 ]

@@ -1,7 +1,10 @@
 // Case 14: graphrun's MPI ops against MPI's own calls, the same tensors on
 // the same ranks in the same processes. Run under mpirun:
 //
-//   mpirun -np 2 --bind-to none build/release/bench/graphrun_mpi_bench
+//   mpirun -np 2 build/release/bench/graphrun_mpi_bench
+//
+// (Open MPI binds each of 2 ranks to a core by default: every case here
+// runs 1-thread sessions.)
 //
 // * AllReduce: `Graphrun` is a prepared Callable of one MpiAllReduce node
 //   (feed x, fetch the sum) on a 1-thread session of each rank; `Mpi` is
@@ -14,6 +17,13 @@
 //   round trip, 1-thread sessions). `Mpi`: MPI_Send then MPI_Recv on rank
 //   0, MPI_Recv then MPI_Send on rank 1, over the same bytes. 4 bytes
 //   (latency) and 1 MiB (bandwidth: 2 MiB moved per round trip).
+// * FanOut64: 64 independent 256x256 float MatMuls summed (case 4's
+//   graph), built as two halves of 32 MatMuls and their partial sum, each
+//   half with its own copies of the constant inputs, and a final Add.
+//   `TwoRanks`: a DistributedSession with the second half on rank 1, one
+//   thread per rank (one 256 KiB tensor crosses per step); `OneRank`: the
+//   same graph in an ordinary 1-thread Session on rank 0 (the other ranks
+//   wait): the baseline the issue's >= 1.8x is against.
 // Every rank runs the same fixed number of iterations (each needs its
 // peers); only rank 0 reports; ranks past 1 sit the ping-pongs out.
 #include <benchmark/benchmark.h>
@@ -21,8 +31,11 @@
 #include <graphrun/mpi.h>
 #include <mpi.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <memory>
+#include <random>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -154,6 +167,82 @@ void mpi_ping_pong(benchmark::State& state, int64_t n) {
   state.SetBytesProcessed(state.iterations() * 2 * n * static_cast<int64_t>(sizeof(float)));
 }
 
+// Case 4's 64 MatMuls as two halves; `split`: the second half on rank 1.
+struct FanOut {
+  Graph g;
+  Output sum;
+  explicit FanOut(bool split) {
+    std::mt19937 rng(7);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    auto matrix = [&] {
+      std::vector<float> v(256 * 256);
+      for (float& x : v) x = dist(rng);
+      return Tensor::from_span(Shape{256, 256}, std::span<const float>(v));
+    };
+    Output halves[2];
+    for (int h = 0; h < 2; ++h) {
+      auto scope = g.device(split && h == 1 ? "/rank:1" : "/rank:0");
+      std::vector<Output> a, b, level;
+      for (int i = 0; i < 4; ++i) a.push_back(graphrun::ops::Const(g, matrix()));
+      for (int j = 0; j < 8; ++j) b.push_back(graphrun::ops::Const(g, matrix()));
+      for (const Output& x : a) {
+        for (const Output& y : b) level.push_back(graphrun::ops::MatMul(g, x, y));
+      }
+      while (level.size() > 1) {
+        std::vector<Output> next;
+        for (std::size_t k = 0; k + 1 < level.size(); k += 2) {
+          next.push_back(graphrun::ops::Add(g, level[k], level[k + 1]));
+        }
+        level = std::move(next);
+      }
+      halves[h] = level[0];
+    }
+    auto scope = g.device("/rank:0");
+    sum = graphrun::ops::Add(g, halves[0], halves[1], "sum");
+  }
+};
+
+constexpr int kFanOutIterations = 40;
+
+void fan_out_one_rank(benchmark::State& state) {
+  const int rank = graphrun::mpi::World::current()->rank();
+  FanOut f(false);
+  std::unique_ptr<Session> session;
+  if (rank == 0) {
+    SessionOptions options;
+    options.inter_op_threads = 1;
+    session = Session::create(f.g, options).value();
+    if (!session->run({}, {f.sum}).is_ok()) state.SkipWithError("warm-up failed");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (auto _ : state) {
+    if (rank == 0 && !session->run({}, {f.sum}).is_ok()) state.SkipWithError("run failed");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  state.SetItemsProcessed(state.iterations() * 64);
+}
+
+void fan_out_two_ranks(benchmark::State& state) {
+  const int rank = graphrun::mpi::World::current()->rank();
+  FanOut f(true);
+  SessionOptions options;
+  options.inter_op_threads = 1;
+  if (rank != 0) {
+    // Serves the whole case, then runs the loop empty (rank 0 times it).
+    if (!graphrun::mpi::serve(f.g, options).is_ok()) state.SkipWithError("serve failed");
+    for (auto _ : state) {
+    }
+    return;
+  }
+  auto session = graphrun::mpi::DistributedSession::create(f.g, options).value();
+  if (!session->run({}, {f.sum}).is_ok()) state.SkipWithError("warm-up failed");
+  for (auto _ : state) {
+    if (!session->run({}, {f.sum}).is_ok()) state.SkipWithError("run failed");
+  }
+  if (!session->close().is_ok()) state.SkipWithError("close failed");
+  state.SetItemsProcessed(state.iterations() * 64);
+}
+
 void register_all() {
   const std::pair<const char*, int64_t> sizes[] = {{"4B", 1}, {"4K", 1024}, {"1M", 262144}};
   for (const auto& [label, n] : sizes) {
@@ -174,6 +263,14 @@ void register_all() {
       ->UseRealTime()
       ->Unit(benchmark::kMicrosecond);
   if (graphrun::mpi::World::current()->size() < 2) return;
+  benchmark::RegisterBenchmark("BM_FanOut64_OneRank", fan_out_one_rank)
+      ->Iterations(kFanOutIterations)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  benchmark::RegisterBenchmark("BM_FanOut64_TwoRanks", fan_out_two_ranks)
+      ->Iterations(kFanOutIterations)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
   const std::tuple<const char*, int64_t, int> pings[] = {{"4B", 1, 2000}, {"1M", 262144, 300}};
   for (const auto& [label, n, iterations] : pings) {
     const int64_t count = n;
