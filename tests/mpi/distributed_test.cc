@@ -325,5 +325,185 @@ TEST_F(DistributedTest, MisuseIsReportedOnTheDriver) {
   }
 }
 
+// x (rank 0) -> h = 2x on the far rank, which counts its runs in a far
+// variable -> y = h + z on rank 0; p is a placeholder of the far rank.
+struct Staged {
+  Graph g;
+  Output x, z, p, h, y, q, count;
+  const Node* init = nullptr;
+  Staged() {
+    x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+    z = ops::Placeholder(g, DType::kFloat32, Shape{}, "z");
+    {
+      auto scope = g.device(far());
+      Output counter = ops::Variable(g, Tensor(int64_t{0}), "runs");
+      Output bump = ops::AssignAdd(g, counter, ops::Const(g, Tensor(int64_t{1})), {}, "bump");
+      {
+        auto deps = g.control_dependencies({bump.node()});
+        h = ops::Mul(g, x, ops::Const(g, Tensor(2.0f)), "h");
+      }
+      count = ops::ReadVariable(g, counter, "count");
+      p = ops::Placeholder(g, DType::kFloat32, Shape{}, "p");
+      q = ops::Mul(g, p, ops::Const(g, Tensor(3.0f)), "q");
+    }
+    auto back = g.device("/rank:0");
+    y = ops::Add(g, h, z, "y");
+    q = ops::Add(g, q, z, "q_plus_z");
+    init = ops::GlobalVariablesInitializer(g);
+  }
+};
+
+int64_t runs_of(mpi::DistributedSession& s, const Staged& t) {
+  auto c = s.run({}, {t.count}, {}, bounded());
+  return c.is_ok() ? (*c)[0].scalar<int64_t>() : -1;
+}
+
+// One execution over several calls: the far stage runs once, as far as
+// the first call's feeds allow, and the second call continues it.
+TEST_F(DistributedTest, APartialRunSpansRanksAndRunsEachNodeOnce) {
+  Staged t;
+  ASSERT_THAT(t.g.status(), IsOk());
+  across_ranks(t.g, [&](mpi::DistributedSession& s) {
+    ASSERT_THAT(s.run({}, {}, {t.init}, bounded()), IsOk());
+    for (int round = 1; round <= 2; ++round) {
+      auto run = s.partial_run_setup({t.h, t.y}, {t.x, t.z}, {}, bounded());
+      ASSERT_THAT(run, IsOk());
+      auto h = s.partial_run(*run, {{t.x, Tensor(3.0f)}}, {t.h}, {}, bounded());
+      ASSERT_THAT(h, IsOk());
+      EXPECT_EQ((*h)[0].scalar<float>(), 6.0f);
+      EXPECT_FALSE(run->is_done());
+      auto y = s.partial_run(*run, {{t.z, Tensor(1.0f)}}, {t.y}, {}, bounded());
+      ASSERT_THAT(y, IsOk());
+      EXPECT_EQ((*y)[0].scalar<float>(), 7.0f);
+      EXPECT_TRUE(run->is_done());
+      EXPECT_EQ(runs_of(s, t), round);  // the far stage ran once per partial run
+    }
+  });
+}
+
+// A feed of a far tensor goes to its rank in a later call.
+TEST_F(DistributedTest, APartialRunFeedsAFarPlaceholderInALaterCall) {
+  Staged t;
+  across_ranks(t.g, [&](mpi::DistributedSession& s) {
+    auto run = s.partial_run_setup({t.q}, {t.p, t.z}, {}, bounded());
+    ASSERT_THAT(run, IsOk());
+    ASSERT_THAT(s.partial_run(*run, {{t.z, Tensor(0.5f)}}, {}, {}, bounded()), IsOk());
+    auto q = s.partial_run(*run, {{t.p, Tensor(2.0f)}}, {t.q}, {}, bounded());
+    ASSERT_THAT(q, IsOk());
+    EXPECT_EQ((*q)[0].scalar<float>(), 6.5f);
+  });
+}
+
+// Misuse is refused with one process's messages and leaves the run usable.
+TEST_F(DistributedTest, PartialRunMisuseLeavesTheRunUsable) {
+  Staged t;
+  across_ranks(t.g, [&](mpi::DistributedSession& s) {
+    ASSERT_THAT(s.run({}, {}, {t.init}, bounded()), IsOk());
+    auto run = s.partial_run_setup({t.h, t.y}, {t.x, t.z}, {}, bounded());
+    ASSERT_THAT(run, IsOk());
+    EXPECT_THAT(s.partial_run(*run, {{t.p, Tensor(1.0f)}}, {}),
+                StatusIs(StatusCode::kInvalidArgument, "'p:0' was not specified"));
+    EXPECT_THAT(s.partial_run(*run, {}, {t.q}),
+                StatusIs(StatusCode::kInvalidArgument, "'q_plus_z:0' was not specified"));
+    EXPECT_THAT(s.partial_run(*run, {{t.x, Tensor(1.0f)}}, {t.y}),
+                StatusIs(StatusCode::kInvalidArgument, "'z:0' still missing"));
+    ASSERT_THAT(s.partial_run(*run, {{t.x, Tensor(1.0f)}}, {t.h}, {}, bounded()), IsOk());
+    EXPECT_THAT(s.partial_run(*run, {{t.x, Tensor(1.0f)}}, {}),
+                StatusIs(StatusCode::kInvalidArgument, "'x:0' has already been fed"));
+    EXPECT_THAT(s.partial_run(*run, {}, {t.h}),
+                StatusIs(StatusCode::kInvalidArgument, "'h:0' has already been fetched"));
+    auto y = s.partial_run(*run, {{t.z, Tensor(1.0f)}}, {t.y}, {}, bounded());
+    ASSERT_THAT(y, IsOk());
+    EXPECT_EQ((*y)[0].scalar<float>(), 3.0f);
+    EXPECT_THAT(s.partial_run(*run, {}, {t.y}), StatusIs(StatusCode::kInvalidArgument, "complete"));
+    mpi::DistributedSession::PartialRun empty;
+    EXPECT_THAT(s.partial_run(empty, {}, {t.y}), StatusIs(StatusCode::kInvalidArgument, "empty"));
+  });
+}
+
+// Cancelled, abandoned and failed partial runs end on every rank; the
+// session goes on and closes cleanly.
+TEST_F(DistributedTest, PartialRunsEndEverywhereWhenCancelledDroppedOrFailed) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  Output z = ops::Placeholder(g, DType::kFloat32, Shape{}, "z");
+  Output checked;
+  {
+    auto scope = g.device(far());
+    checked = ops::Call(
+        g, {x}, {DType::kFloat32},
+        [](OpKernelContext& ctx) -> Status {
+          if (ctx.input(0).scalar<float>() < 0) return invalid_argument("negative input");
+          return ctx.set_output(0, ctx.input(0));
+        },
+        {}, "check")[0];
+  }
+  auto back = g.device("/rank:0");
+  Output y = ops::Add(g, checked, z, "y");
+  ASSERT_THAT(g.status(), IsOk());
+  across_ranks(g, [&](mpi::DistributedSession& s) {
+    const std::string where = size() > 1 ? "rank " + std::to_string(size() - 1) + ": " : "";
+    {
+      auto run = s.partial_run_setup({y}, {x, z}, {}, bounded()).value();
+      ASSERT_THAT(s.partial_run(run, {{x, Tensor(1.0f)}}, {}, {}, bounded()), IsOk());
+      ASSERT_THAT(s.cancel_partial_run(run), IsOk());
+      EXPECT_TRUE(run.is_done());
+      EXPECT_THAT(s.partial_run(run, {{z, Tensor(1.0f)}}, {y}),
+                  StatusIs(StatusCode::kCancelled, "cancelled"));
+    }
+    {
+      auto dropped = s.partial_run_setup({y}, {x, z}, {}, bounded()).value();
+      ASSERT_THAT(s.partial_run(dropped, {{x, Tensor(1.0f)}}, {}, {}, bounded()), IsOk());
+    }  // destroyed half-way
+    {
+      auto run = s.partial_run_setup({y}, {x, z}, {}, bounded()).value();
+      // The far kernel fails after this call returned; the next call says so.
+      ASSERT_THAT(s.partial_run(run, {{x, Tensor(-1.0f)}}, {}, {}, bounded()), IsOk());
+      EXPECT_THAT(s.partial_run(run, {{z, Tensor(1.0f)}}, {y}, {}, bounded()),
+                  StatusIs(StatusCode::kInvalidArgument, where + "node 'check' (Call)"));
+      EXPECT_TRUE(run.is_done());
+    }
+    auto ok = s.partial_run_setup({y}, {x, z}, {}, bounded()).value();
+    ASSERT_THAT(s.partial_run(ok, {{x, Tensor(2.0f)}}, {}, {}, bounded()), IsOk());
+    auto out = s.partial_run(ok, {{z, Tensor(1.0f)}}, {y}, {}, bounded());
+    ASSERT_THAT(out, IsOk());
+    EXPECT_EQ((*out)[0].scalar<float>(), 3.0f);
+  });
+}
+
+// Partial runs from many threads at once over a far variable: each runs
+// the far stage once, none is lost.
+TEST_F(DistributedTest, ConcurrentPartialRunsAcrossRanksLoseNoUpdate) {
+  Staged t;
+  constexpr int kThreads = 4;
+  constexpr int kEach = 10;
+  across_ranks(
+      t.g,
+      [&](mpi::DistributedSession& s) {
+        ASSERT_THAT(s.run({}, {}, {t.init}, bounded()), IsOk());
+        std::atomic<int> failures{0};
+        std::vector<std::thread> threads_;
+        for (int k = 0; k < kThreads; ++k) {
+          threads_.emplace_back([&, k] {
+            for (int i = 0; i < kEach; ++i) {
+              auto run = s.partial_run_setup({t.h, t.y}, {t.x, t.z}, {}, bounded());
+              if (!run.is_ok()) {
+                ++failures;
+                continue;
+              }
+              const auto v = static_cast<float>(k * 100 + i);
+              auto h = s.partial_run(*run, {{t.x, Tensor(v)}}, {t.h}, {}, bounded());
+              auto y = s.partial_run(*run, {{t.z, Tensor(1.0f)}}, {t.y}, {}, bounded());
+              if (!h.is_ok() || !y.is_ok() || (*y)[0].scalar<float>() != 2 * v + 1) ++failures;
+            }
+          });
+        }
+        for (auto& th : threads_) th.join();
+        EXPECT_EQ(failures.load(), 0);
+        EXPECT_EQ(runs_of(s, t), kThreads * kEach);
+      },
+      threads(kThreads));
+}
+
 }  // namespace
 }  // namespace graphrun

@@ -22,13 +22,16 @@
 namespace graphrun::mpi::internal {
 
 enum class Kind : uint32_t {
-  kHello = 1,  // driver -> worker: the graph's fingerprint
-  kReady,      // worker -> driver: the status of its hello (same graph?)
-  kStart,      // driver -> worker: one step of a signature
-  kAbort,      // driver -> worker: end a step now
-  kDone,       // worker -> driver: the status of its part of a step
-  kClose,      // driver -> worker: the session closes
-  kClosed,     // worker -> driver: closed, serve() returns
+  kHello = 1,     // driver -> worker: the graph's fingerprint
+  kReady,         // worker -> driver: the status of its hello (same graph?)
+  kStart,         // driver -> worker: one step of a signature
+  kAbort,         // driver -> worker: end a step now
+  kDone,          // worker -> driver: the status of its part of a step
+  kClose,         // driver -> worker: the session closes
+  kClosed,        // worker -> driver: closed, serve() returns
+  kPartialSetup,  // driver -> worker: start its part of a partial run
+  kPartialCall,   // driver -> worker: the feeds and targets of one partial_run call
+  kCallDone,      // worker -> driver: the status of a partial setup or call
 };
 
 inline constexpr int kToWorker = 1;  // tags on the control communicator

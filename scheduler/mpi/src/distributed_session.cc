@@ -117,6 +117,7 @@ struct DistributedSession::Impl {
 
   std::mutex steps_mu;
   std::unordered_map<uint64_t, std::shared_ptr<Step>> steps;
+  std::unordered_map<uint64_t, std::weak_ptr<PartialRun::State>> partials;
 
   Inbox control;  // kReady, kClosed
   std::vector<std::unique_ptr<internal::Listener>> listeners;
@@ -133,20 +134,89 @@ struct DistributedSession::Impl {
   Status shut_down(const std::vector<int>& notify, const std::vector<int>& wait_for);
 };
 
+// One partial run spanning ranks, on the driver.
+struct DistributedSession::PartialRun::State {
+  std::shared_ptr<DistributedSession::Impl> impl;
+  uint64_t id = 0;
+  std::vector<Output> feeds, fetches;  // declared, of the global graph
+  std::vector<const Node*> targets;
+  std::vector<int> feed_rank, fetch_rank, target_rank;
+  std::vector<std::string> local_fetch;  // per declared fetch, its name on rank 0
+  std::vector<std::vector<int>> fetch_needs, target_needs;  // declared feeds they need
+  std::vector<int> workers;                                 // the ranks with a part
+  PartialRunHandle local;                                   // rank 0's part
+  std::stop_source stop;                                    // ends rank 0's part
+
+  std::mutex call_mu;           // one call at a time
+  std::vector<char> fed, done;  // per declared feed / fetch; guarded by call_mu
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::set<int> awaiting;  // workers whose reply to this call is due
+  Status first;            // the first error of any rank
+  bool ended = false;      // complete, failed or cancelled
+
+  // Records the first error (`rank` > 0: prefixed) and ends every part.
+  void fail(int rank, Status s);
+  // Ends rank 0's part now, on the calling thread: a user's thread, never
+  // the progress thread, which may drop the last reference to this state
+  // (ending a partial run waits for its nodes, which may wait for MPI).
+  void end_local() {
+    if (local.is_valid()) static_cast<void>(impl->session->cancel_partial_run(local));
+  }
+  // A worker's reply to a setup or call.
+  void replied(int rank, Status s) {
+    if (!s.is_ok()) fail(rank, std::move(s));
+    {
+      const std::lock_guard lock(mu);
+      awaiting.erase(rank);
+    }
+    cv.notify_all();
+  }
+};
+
+void DistributedSession::PartialRun::State::fail(int rank, Status s) {
+  if (s.is_ok()) return;
+  if (rank > 0) s = s.with_prefix(fmt::format("rank {}", rank));
+  {
+    const std::lock_guard lock(mu);
+    if (ended) return;  // complete, or an error came first
+    first = std::move(s);
+    ended = true;
+  }
+  cv.notify_all();
+  stop.request_stop();
+  for (int w : workers) {
+    if (w != rank) {
+      internal::send_message(impl->world->engine(), w, internal::kToWorker, Kind::kAbort, id, {});
+    }
+  }
+}
+
 void DistributedSession::Impl::deliver(Message m) {
-  if (m.kind != Kind::kDone) {
+  if (m.kind != Kind::kDone && m.kind != Kind::kCallDone) {
     control.push(std::move(m));
     return;
   }
   std::shared_ptr<Step> step;
+  std::shared_ptr<PartialRun::State> partial;
   {
     const std::lock_guard lock(steps_mu);
-    auto it = steps.find(m.step);
-    if (it != steps.end()) step = it->second;
+    if (auto it = steps.find(m.step); it != steps.end()) step = it->second;
+    if (auto it = partials.find(m.step); it != partials.end()) partial = it->second.lock();
   }
-  if (step == nullptr) return;  // a part that ended after its step did
   Reader r(m.payload);
-  report(step, m.step, m.source, r.status());
+  if (step != nullptr) {
+    report(step, m.step, m.source, r.status());
+  } else if (partial != nullptr) {
+    // kDone: the worker's part ended by itself (an error); kCallDone: a reply.
+    if (m.kind == Kind::kDone) {
+      partial->fail(m.source, r.status());
+    } else {
+      partial->replied(m.source, r.status());
+    }
+  }
+  // Else a part that ended after its step did.
 }
 
 void DistributedSession::Impl::report(const std::shared_ptr<Step>& step, uint64_t id, int rank,
@@ -304,7 +374,7 @@ Status DistributedSession::Impl::shut_down(const std::vector<int>& notify,
   return Status::ok();
 }
 
-DistributedSession::DistributedSession(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+DistributedSession::DistributedSession(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
 
 DistributedSession::~DistributedSession() { static_cast<void>(close()); }
 
@@ -320,7 +390,7 @@ Result<std::unique_ptr<DistributedSession>> DistributedSession::create(const Gra
         "DistributedSession is made on rank 0; rank {} runs graphrun::mpi::serve()", world->rank());
   }
   GRAPHRUN_RETURN_IF_ERROR(graph.status());
-  auto impl = std::make_unique<Impl>();
+  auto impl = std::make_shared<Impl>();
   impl->world = world;
   impl->cluster = cluster;
   impl->graph = std::make_unique<Graph>(graph.clone());
@@ -467,6 +537,346 @@ Result<std::vector<Tensor>> DistributedSession::run(const FeedList& feeds,
   return fetched;
 }
 
+// ------------------------------------------------- partial runs (driver)
+
+DistributedSession::PartialRun::PartialRun() = default;
+DistributedSession::PartialRun::PartialRun(PartialRun&&) noexcept = default;
+DistributedSession::PartialRun& DistributedSession::PartialRun::operator=(PartialRun&& o) noexcept {
+  if (this != &o) {
+    if (state_ != nullptr) {
+      state_->fail(0, cancelled("the partial run's handle was replaced"));
+      state_->end_local();
+    }
+    state_ = std::move(o.state_);
+  }
+  return *this;
+}
+DistributedSession::PartialRun::~PartialRun() {
+  if (state_ != nullptr) {
+    state_->fail(0, cancelled("the partial run's handle was destroyed"));
+    state_->end_local();
+  }
+}
+bool DistributedSession::PartialRun::is_done() const {
+  if (state_ == nullptr) return true;
+  const std::lock_guard lock(state_->mu);
+  return state_->ended;
+}
+
+namespace {
+// The declared feeds (indices) that `root` needs: back from it, stopping
+// at declared feeds.
+std::vector<int> needs_of(const Graph& g, int root, const std::vector<Output>& feeds) {
+  std::vector<char> seen(static_cast<std::size_t>(g.num_nodes()), 0);
+  std::set<int> needs;
+  std::vector<int> stack{root};
+  auto declared = [&](const Output& o) {
+    for (std::size_t k = 0; k < feeds.size(); ++k) {
+      if (feeds[k] == o) return static_cast<int>(k);
+    }
+    return -1;
+  };
+  while (!stack.empty()) {
+    const int id = stack.back();
+    stack.pop_back();
+    if (seen[static_cast<std::size_t>(id)] != 0) continue;
+    seen[static_cast<std::size_t>(id)] = 1;
+    const Node& n = *g.node(id);
+    for (const Output& in : n.inputs()) {
+      if (const int f = declared(in); f >= 0) {
+        needs.insert(f);
+      } else {
+        stack.push_back(in.node()->id());
+      }
+    }
+    for (const Node* dep : n.control_inputs()) stack.push_back(dep->id());
+  }
+  return {needs.begin(), needs.end()};
+}
+}  // namespace
+
+Result<DistributedSession::PartialRun> DistributedSession::partial_run_setup(
+    const std::vector<TensorRef>& fetches, const std::vector<TensorRef>& feeds,
+    const std::vector<TargetRef>& targets, const RunOptions& options) {
+  Impl& s = *impl_;
+  auto st = std::make_shared<PartialRun::State>();
+  st->impl = impl_;
+  const Graph& g = *s.graph;
+  FeedList declared;
+  for (const TensorRef& f : feeds) {
+    GRAPHRUN_ASSIGN_OR_RETURN(Output o, g.find_output(f.to_string()));
+    st->feeds.push_back(o);
+    st->feed_rank.push_back(s.partition->rank_of(o.node()->id()));
+    declared.push_back(Feed{o.name(), Tensor()});
+  }
+  for (const TensorRef& f : fetches) {
+    GRAPHRUN_ASSIGN_OR_RETURN(Output o, g.find_output(f.to_string()));
+    st->fetches.push_back(o);
+    st->fetch_needs.push_back(
+        std::find(st->feeds.begin(), st->feeds.end(), o) != st->feeds.end()
+            ? std::vector<int>{static_cast<int>(std::find(st->feeds.begin(), st->feeds.end(), o) -
+                                                st->feeds.begin())}
+            : needs_of(g, o.node()->id(), st->feeds));
+  }
+  for (const TargetRef& t : targets) {
+    const Node* n = g.find_node(t.to_string());
+    if (n == nullptr) return not_found("target '{}' is not a node of the graph", t.to_string());
+    st->targets.push_back(n);
+    st->target_rank.push_back(s.partition->rank_of(n->id()));
+    st->target_needs.push_back(needs_of(g, n->id(), st->feeds));
+  }
+  st->fed.assign(st->feeds.size(), 0);
+  st->done.assign(st->fetches.size(), 0);
+  std::vector<TensorRef> fetch_refs(fetches.begin(), fetches.end());
+  const std::lock_guard lock(s.mu);
+  if (s.closed) return cancelled("Session has been closed.");
+  GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<const Signature> sig,
+                            s.plan(declared, fetch_refs, targets));
+  st->local_fetch = sig->local_fetches;
+  st->id = s.next_step++;
+  for (const Signature::Part& p : sig->parts) st->workers.push_back(p.rank);
+  {
+    const std::lock_guard steps_lock(s.steps_mu);
+    s.partials.emplace(st->id, st);
+  }
+  auto forget = [&] {
+    const std::lock_guard steps_lock(s.steps_mu);
+    s.partials.erase(st->id);
+  };
+  {
+    const std::lock_guard st_lock(st->mu);
+    st->awaiting.insert(st->workers.begin(), st->workers.end());
+  }
+  for (const Signature::Part& p : sig->parts) {
+    Writer w;
+    w.i64(timeout_ms(options));
+    std::vector<std::string> mine;
+    for (std::size_t k = 0; k < st->feeds.size(); ++k) {
+      if (st->feed_rank[k] == p.rank) mine.push_back(st->feeds[k].name());
+    }
+    w.u64(mine.size());
+    for (const std::string& name : mine) w.str(name);
+    internal::send_message(s.world->engine(), p.rank, internal::kToWorker, Kind::kPartialSetup,
+                           st->id, p.fixed + w.take());
+  }
+  // Rank 0's part: its fetches and the step id, which the last call
+  // fetches so that no earlier call waits for every target.
+  std::vector<TensorRef> local_fetches(sig->local_fetches.begin(), sig->local_fetches.end());
+  local_fetches.emplace_back(s.partition->step_name());
+  std::vector<TensorRef> local_feeds{TensorRef(s.partition->step_name())};
+  for (std::size_t k = 0; k < st->feeds.size(); ++k) {
+    if (st->feed_rank[k] == 0) local_feeds.emplace_back(st->feeds[k].name());
+  }
+  std::vector<TargetRef> local_targets(sig->local_targets.begin(), sig->local_targets.end());
+  RunOptions o;
+  o.timeout = options.timeout;
+  o.stop_token = st->stop.get_token();
+  Result<PartialRunHandle> local =
+      s.session->partial_run_setup(local_fetches, local_feeds, local_targets, o);
+  Status status = local.status();
+  if (status.is_ok()) {
+    st->local = std::move(*local);
+    status = s.session
+                 ->partial_run(st->local,
+                               {{s.partition->step_name(), Tensor(static_cast<int64_t>(st->id))}},
+                               {}, {}, o)
+                 .status();
+  }
+  if (!status.is_ok()) st->fail(0, status);
+  {
+    std::unique_lock st_lock(st->mu);
+    st->cv.wait(st_lock, [&] { return st->awaiting.empty(); });
+    status = st->first;
+  }
+  if (!status.is_ok()) {
+    st->end_local();
+    forget();
+    return status;
+  }
+  PartialRun handle;
+  handle.state_ = std::move(st);
+  return handle;
+}
+
+Result<std::vector<Tensor>> DistributedSession::partial_run(PartialRun& handle,
+                                                            const FeedList& feeds,
+                                                            const std::vector<TensorRef>& fetches,
+                                                            const std::vector<TargetRef>& targets,
+                                                            const RunOptions& options) {
+  Impl& s = *impl_;
+  const std::shared_ptr<PartialRun::State> st = handle.state_;
+  if (st == nullptr) return invalid_argument("an empty partial run handle");
+  if (st->impl != impl_) return invalid_argument("a partial run handle of another session");
+  std::unique_lock call(st->call_mu, std::try_to_lock);
+  if (!call.owns_lock()) {
+    return failed_precondition("another call on this partial run is in progress");
+  }
+  {
+    const std::lock_guard lock(st->mu);
+    if (st->ended) {
+      return st->first.is_ok() ? invalid_argument("the partial run is complete") : st->first;
+    }
+  }
+  const Graph& g = *s.graph;
+  // Resolved and checked as one process would: misuse leaves the run usable.
+  std::vector<int> feed_ids, fetch_ids, target_ids;
+  for (const Feed& f : feeds) {
+    GRAPHRUN_ASSIGN_OR_RETURN(Output o, g.find_output(f.tensor.to_string()));
+    auto it = std::find(st->feeds.begin(), st->feeds.end(), o);
+    if (it == st->feeds.end()) {
+      return invalid_argument("The feed '{}' was not specified in partial_run_setup.", o.name());
+    }
+    const auto id = static_cast<int>(it - st->feeds.begin());
+    if (st->fed[static_cast<std::size_t>(id)] != 0 ||
+        std::find(feed_ids.begin(), feed_ids.end(), id) != feed_ids.end()) {
+      return invalid_argument("The feed '{}' has already been fed.", o.name());
+    }
+    feed_ids.push_back(id);
+  }
+  for (const TensorRef& f : fetches) {
+    GRAPHRUN_ASSIGN_OR_RETURN(Output o, g.find_output(f.to_string()));
+    auto it = std::find(st->fetches.begin(), st->fetches.end(), o);
+    if (it == st->fetches.end()) {
+      return invalid_argument("The fetch '{}' was not specified in partial_run_setup.", o.name());
+    }
+    const auto id = static_cast<int>(it - st->fetches.begin());
+    if (st->done[static_cast<std::size_t>(id)] != 0) {
+      return invalid_argument("The fetch '{}' has already been fetched.", o.name());
+    }
+    fetch_ids.push_back(id);
+  }
+  for (const TargetRef& t : targets) {
+    const Node* n = g.find_node(t.to_string());
+    auto it =
+        n == nullptr ? st->targets.end() : std::find(st->targets.begin(), st->targets.end(), n);
+    if (it == st->targets.end()) {
+      return invalid_argument("The target '{}' was not specified in partial_run_setup.",
+                              t.to_string());
+    }
+    target_ids.push_back(static_cast<int>(it - st->targets.begin()));
+  }
+  auto will_be_fed = [&](int f) {
+    return st->fed[static_cast<std::size_t>(f)] != 0 ||
+           std::find(feed_ids.begin(), feed_ids.end(), f) != feed_ids.end();
+  };
+  auto check = [&](const std::vector<int>& needs, const std::string& what) -> Status {
+    std::string missing;
+    for (int f : needs) {
+      if (!will_be_fed(f)) {
+        missing += fmt::format("{}'{}'", missing.empty() ? "" : ", ",
+                               st->feeds[static_cast<std::size_t>(f)].name());
+      }
+    }
+    if (missing.empty()) return Status::ok();
+    return invalid_argument(
+        "{} can't be computed from the feeds that have been fed so far: {} still missing", what,
+        missing);
+  };
+  bool last = true;
+  for (std::size_t k = 0; k < st->fetches.size(); ++k) {
+    if (st->done[k] == 0 &&
+        std::find(fetch_ids.begin(), fetch_ids.end(), static_cast<int>(k)) == fetch_ids.end()) {
+      last = false;
+    }
+  }
+  // The call that fetches the last fetches waits for every target too.
+  std::vector<int> awaited_targets = target_ids;
+  if (last) {
+    for (std::size_t t = 0; t < st->targets.size(); ++t) {
+      awaited_targets.push_back(static_cast<int>(t));
+    }
+    std::sort(awaited_targets.begin(), awaited_targets.end());
+    awaited_targets.erase(std::unique(awaited_targets.begin(), awaited_targets.end()),
+                          awaited_targets.end());
+  }
+  for (int k : fetch_ids) {
+    GRAPHRUN_RETURN_IF_ERROR(
+        check(st->fetch_needs[static_cast<std::size_t>(k)],
+              fmt::format("Fetch '{}'", st->fetches[static_cast<std::size_t>(k)].name())));
+  }
+  for (int t : awaited_targets) {
+    GRAPHRUN_RETURN_IF_ERROR(
+        check(st->target_needs[static_cast<std::size_t>(t)],
+              fmt::format("Target '{}'", st->targets[static_cast<std::size_t>(t)]->name())));
+  }
+
+  // Each worker gets its feeds and targets (and, last, the end of its part).
+  for (int r : st->workers) {
+    std::vector<int> my_feeds, my_targets;
+    for (int f : feed_ids) {
+      if (st->feed_rank[static_cast<std::size_t>(f)] == r) my_feeds.push_back(f);
+    }
+    for (int t : awaited_targets) {
+      if (st->target_rank[static_cast<std::size_t>(t)] == r) my_targets.push_back(t);
+    }
+    if (my_feeds.empty() && my_targets.empty() && !last) continue;
+    Writer w;
+    w.u64(last ? 1 : 0).i64(timeout_ms(options)).u64(my_feeds.size());
+    for (int f : my_feeds) {
+      w.str(st->feeds[static_cast<std::size_t>(f)].name())
+          .tensor(feeds[static_cast<std::size_t>(std::find(feed_ids.begin(), feed_ids.end(), f) -
+                                                 feed_ids.begin())]
+                      .value);
+    }
+    w.u64(my_targets.size());
+    for (int t : my_targets) w.str(st->targets[static_cast<std::size_t>(t)]->name());
+    {
+      const std::lock_guard lock(st->mu);
+      st->awaiting.insert(r);
+    }
+    internal::send_message(s.world->engine(), r, internal::kToWorker, Kind::kPartialCall, st->id,
+                           w.take());
+  }
+  FeedList local_feeds;
+  for (std::size_t k = 0; k < feed_ids.size(); ++k) {
+    const auto f = static_cast<std::size_t>(feed_ids[k]);
+    if (st->feed_rank[f] == 0) local_feeds.push_back(Feed{st->feeds[f].name(), feeds[k].value});
+  }
+  std::vector<TensorRef> local_fetches;
+  for (int k : fetch_ids) local_fetches.emplace_back(st->local_fetch[static_cast<std::size_t>(k)]);
+  if (last) local_fetches.emplace_back(s.partition->step_name());
+  std::vector<TargetRef> local_targets;
+  for (int t : awaited_targets) {
+    if (st->target_rank[static_cast<std::size_t>(t)] == 0) {
+      local_targets.emplace_back(st->targets[static_cast<std::size_t>(t)]->name());
+    }
+  }
+  RunOptions o;
+  o.timeout = options.timeout;
+  o.stop_token = options.stop_token;
+  Result<std::vector<Tensor>> out =
+      s.session->partial_run(st->local, local_feeds, local_fetches, local_targets, o);
+  if (!out.is_ok()) st->fail(0, out.status());
+  Status status;
+  {
+    std::unique_lock lock(st->mu);
+    st->cv.wait(lock, [&] { return st->awaiting.empty(); });
+    status = st->first;
+    if (status.is_ok() && last) st->ended = true;
+  }
+  if (!status.is_ok() || last) {
+    const std::lock_guard steps_lock(s.steps_mu);
+    s.partials.erase(st->id);
+  }
+  if (!status.is_ok()) {
+    st->end_local();
+    return status;
+  }
+  for (int f : feed_ids) st->fed[static_cast<std::size_t>(f)] = 1;
+  for (int k : fetch_ids) st->done[static_cast<std::size_t>(k)] = 1;
+  if (last) out->pop_back();  // the step id
+  return out;
+}
+
+Status DistributedSession::cancel_partial_run(PartialRun& handle) {
+  if (handle.state_ == nullptr) return invalid_argument("an empty partial run handle");
+  handle.state_->fail(0, cancelled("the partial run was cancelled"));
+  handle.state_->end_local();
+  const std::lock_guard steps_lock(impl_->steps_mu);
+  impl_->partials.erase(handle.state_->id);
+  return Status::ok();
+}
+
 Status DistributedSession::close() {
   Impl& s = *impl_;
   {
@@ -497,7 +907,15 @@ class Worker {
     internal::Listener listener(world_->engine(), 0, internal::kToWorker,
                                 [this](Message m) { inbox_.push(std::move(m)); });
     for (;;) {
-      Message m = inbox_.pop();
+      // Every 10 ms without a message: partial runs that ended by
+      // themselves (a kernel error) are reported.
+      std::optional<Message> next =
+          inbox_.pop(std::chrono::steady_clock::now() + std::chrono::milliseconds(10));
+      if (!next.has_value()) {
+        probe_partials();
+        continue;
+      }
+      Message& m = *next;
       switch (m.kind) {
         case Kind::kHello: {
           Status s = setup.is_ok() ? hello(m) : setup;
@@ -506,16 +924,20 @@ class Worker {
           break;
         }
         case Kind::kStart: start(m); break;
-        case Kind::kAbort: {
-          const std::lock_guard held(mu_);
-          if (auto it = steps_.find(m.step); it != steps_.end()) it->second->request_stop();
-          break;
-        }
+        case Kind::kPartialSetup: partial_setup(m); break;
+        case Kind::kPartialCall: partial_call(m); break;
+        case Kind::kAbort: abort(m.step); break;
         case Kind::kClose: {
+          std::vector<uint64_t> open;
+          {
+            const std::lock_guard held(mu_);
+            for (auto& [id, stop] : steps_) stop->request_stop();
+            for (auto& [id, p] : partials_) open.push_back(id);
+          }
+          for (uint64_t id : open) abort(id);
           {
             std::unique_lock held(mu_);
-            for (auto& [id, stop] : steps_) stop->request_stop();
-            idle_.wait(held, [&] { return steps_.empty(); });
+            idle_.wait(held, [&] { return steps_.empty() && partials_.empty(); });
           }
           if (session_ != nullptr) static_cast<void>(session_->close());
           reply(Kind::kClosed, 0, {});
@@ -527,6 +949,24 @@ class Worker {
   }
 
  private:
+  // This rank's part of one partial run: its handle and the calls queued
+  // on it (a partial run takes one call at a time).
+  struct Partial {
+    PartialRunHandle handle;
+    struct Call {
+      FeedList feeds;
+      std::vector<TensorRef> fetches;
+      std::vector<TargetRef> targets;
+      RunOptions options;
+      bool finish = false;  // the last call: the part completes
+      bool probe = false;   // asks an ended part for its status
+    };
+    std::deque<Call> queue;  // guarded by Worker::mu_
+    bool busy = false;       // a call is out
+    bool abandoned = false;  // aborted or finished: forgotten once idle
+    bool reported = false;   // its own end was reported
+  };
+
   Status make() {
     GRAPHRUN_ASSIGN_OR_RETURN(partition_, Partition::make(*graph_, world_->size(), world_->rank()));
     GRAPHRUN_ASSIGN_OR_RETURN(session_, Session::create(partition_->local(), options_));
@@ -554,6 +994,24 @@ class Worker {
                            std::move(payload));
   }
 
+  void abort(uint64_t id) {
+    std::shared_ptr<Partial> p;
+    {
+      const std::lock_guard held(mu_);
+      if (auto it = steps_.find(id); it != steps_.end()) it->second->request_stop();
+      if (auto it = partials_.find(id); it != partials_.end()) {
+        p = it->second;
+        p->abandoned = true;
+        p->reported = true;
+        if (!p->busy) partials_.erase(it);
+      }
+    }
+    if (p != nullptr) {
+      static_cast<void>(session_->cancel_partial_run(p->handle));
+      idle_.notify_all();
+    }
+  }
+
   // Decodes a start message and runs this rank's part as an asynchronous
   // step; its status goes back to the driver.
   void start(const Message& m) {
@@ -562,10 +1020,13 @@ class Worker {
       const std::lock_guard lock(mu_);
       steps_.emplace(m.step, stop);
     }
-    FeedList feeds;
+    FeedList feeds{{partition_->step_name(), Tensor(static_cast<int64_t>(m.step))}};
     std::vector<TargetRef> targets;
     RunOptions options;
-    Status s = decode(m, feeds, targets, options);
+    Reader r(m.payload);
+    Status s = decode_head(r, targets);
+    if (s.is_ok()) s = decode_timeout(r, options);
+    if (s.is_ok()) s = decode_feeds(r, feeds);
     if (!s.is_ok()) {
       finish(m.step, s);
       return;
@@ -573,15 +1034,15 @@ class Worker {
     options.stop_token = stop->get_token();
     const uint64_t id = m.step;
     session_->run_async(feeds, {}, targets, options,
-                        [this, id](Result<std::vector<Tensor>> r, RunMetadata*) {
-                          finish(id, r.is_ok() ? Status::ok() : r.status());
+                        [this, id](Result<std::vector<Tensor>> result, RunMetadata*) {
+                          finish(id, result.is_ok() ? Status::ok() : result.status());
                         });
   }
 
-  Status decode(const Message& m, FeedList& feeds, std::vector<TargetRef>& targets,
-                RunOptions& options) {
+  // The part of a signature every start message begins with: fetch edges
+  // (added to this rank's graph when new), the Sends and the targets.
+  Status decode_head(Reader& r, std::vector<TargetRef>& targets) {
     if (session_ == nullptr) return failed_precondition("this worker has no session");
-    Reader r(m.payload);
     GRAPHRUN_ASSIGN_OR_RETURN(uint64_t num_fetch_edges, r.u64());
     bool grew = false;
     for (uint64_t k = 0; k < num_fetch_edges; ++k) {
@@ -601,14 +1062,25 @@ class Worker {
       if (send.empty()) return internal_error("this rank has no Send of edge {}", id);
       targets.emplace_back(send);
     }
+    return decode_targets(r, targets);
+  }
+
+  static Status decode_targets(Reader& r, std::vector<TargetRef>& targets) {
     GRAPHRUN_ASSIGN_OR_RETURN(uint64_t num_targets, r.u64());
     for (uint64_t k = 0; k < num_targets; ++k) {
       GRAPHRUN_ASSIGN_OR_RETURN(std::string name, r.str());
       targets.emplace_back(std::move(name));
     }
+    return Status::ok();
+  }
+
+  static Status decode_timeout(Reader& r, RunOptions& options) {
     GRAPHRUN_ASSIGN_OR_RETURN(int64_t timeout, r.i64());
     if (timeout >= 0) options.timeout = std::chrono::milliseconds(timeout);
-    feeds.push_back(Feed{partition_->step_name(), Tensor(static_cast<int64_t>(m.step))});
+    return Status::ok();
+  }
+
+  static Status decode_feeds(Reader& r, FeedList& feeds) {
     GRAPHRUN_ASSIGN_OR_RETURN(uint64_t num_feeds, r.u64());
     for (uint64_t k = 0; k < num_feeds; ++k) {
       GRAPHRUN_ASSIGN_OR_RETURN(std::string name, r.str());
@@ -627,6 +1099,139 @@ class Worker {
     idle_.notify_all();
   }
 
+  // This rank's part of a partial run: a partial run of its own session
+  // whose only fetch is the step id, fetched by the last call (so that no
+  // earlier call waits for every Send), then fed the step id.
+  void partial_setup(const Message& m) {
+    Reader r(m.payload);
+    std::vector<TargetRef> targets;
+    RunOptions options;
+    std::vector<TensorRef> feeds{TensorRef(partition_->step_name())};
+    Status s = decode_head(r, targets);
+    if (s.is_ok()) s = decode_timeout(r, options);
+    if (s.is_ok()) {
+      Result<uint64_t> n = r.u64();
+      s = n.status();
+      for (uint64_t k = 0; s.is_ok() && k < *n; ++k) {
+        Result<std::string> name = r.str();
+        s = name.status();
+        if (s.is_ok()) feeds.emplace_back(*name);
+      }
+    }
+    if (!s.is_ok()) {
+      reply(Kind::kCallDone, m.step, Writer().status(s).take());
+      return;
+    }
+    Result<PartialRunHandle> handle =
+        session_->partial_run_setup({TensorRef(partition_->step_name())}, feeds, targets, options);
+    if (!handle.is_ok()) {
+      reply(Kind::kCallDone, m.step, Writer().status(handle.status()).take());
+      return;
+    }
+    auto p = std::make_shared<Partial>();
+    p->handle = std::move(*handle);
+    {
+      const std::lock_guard lock(mu_);
+      partials_[m.step] = p;
+    }
+    Partial::Call first;
+    first.feeds.push_back(Feed{partition_->step_name(), Tensor(static_cast<int64_t>(m.step))});
+    first.options = options;
+    enqueue(m.step, p, std::move(first));
+  }
+
+  void partial_call(const Message& m) {
+    std::shared_ptr<Partial> p;
+    {
+      const std::lock_guard lock(mu_);
+      if (auto it = partials_.find(m.step); it != partials_.end()) p = it->second;
+    }
+    Reader r(m.payload);
+    Partial::Call call;
+    Status s = p == nullptr ? failed_precondition("this rank has no part of partial run {}", m.step)
+                            : Status::ok();
+    if (s.is_ok()) {
+      Result<uint64_t> finish = r.u64();
+      s = finish.status();
+      if (s.is_ok()) call.finish = *finish != 0;
+    }
+    if (s.is_ok()) s = decode_timeout(r, call.options);
+    if (s.is_ok()) s = decode_feeds(r, call.feeds);
+    if (s.is_ok()) s = decode_targets(r, call.targets);
+    if (!s.is_ok()) {
+      reply(Kind::kCallDone, m.step, Writer().status(s).take());
+      return;
+    }
+    if (call.finish) call.fetches.emplace_back(partition_->step_name());
+    enqueue(m.step, p, std::move(call));
+  }
+
+  // Parts that ended without a call out (a kernel failed) are asked for
+  // their status, which goes to the driver: it ends the run everywhere.
+  void probe_partials() {
+    std::vector<std::pair<uint64_t, std::shared_ptr<Partial>>> ended;
+    {
+      const std::lock_guard lock(mu_);
+      for (auto& [id, p] : partials_) {
+        if (!p->busy && !p->reported && p->handle.is_done()) {
+          p->reported = true;
+          ended.emplace_back(id, p);
+        }
+      }
+    }
+    for (auto& [id, p] : ended) {
+      Partial::Call probe;
+      probe.probe = true;
+      enqueue(id, p, std::move(probe));
+    }
+  }
+
+  void enqueue(uint64_t id, const std::shared_ptr<Partial>& p, Partial::Call call) {
+    {
+      const std::lock_guard lock(mu_);
+      p->queue.push_back(std::move(call));
+      if (p->busy) return;
+      p->busy = true;
+    }
+    pump(id, p);
+  }
+
+  // Runs the next queued call; its end replies and runs the one after.
+  void pump(uint64_t id, const std::shared_ptr<Partial>& p) {
+    Partial::Call call;
+    {
+      const std::lock_guard lock(mu_);
+      if (p->queue.empty()) {
+        p->busy = false;
+        if (p->abandoned) {
+          partials_.erase(id);
+          idle_.notify_all();
+        }
+        return;
+      }
+      call = std::move(p->queue.front());
+      p->queue.pop_front();
+    }
+    const bool finish = call.finish;
+    const bool probe = call.probe;
+    session_->partial_run_async(
+        p->handle, call.feeds, call.fetches, call.targets, call.options,
+        [this, id, p, finish, probe](Result<std::vector<Tensor>> result, RunMetadata*) {
+          const Status s = result.is_ok() ? Status::ok() : result.status();
+          if (probe) {
+            if (!s.is_ok()) reply(Kind::kDone, id, Writer().status(s).take());
+          } else {
+            reply(Kind::kCallDone, id, Writer().status(s).take());
+          }
+          if (finish || probe || !s.is_ok()) {
+            const std::lock_guard lock(mu_);
+            p->abandoned = p->abandoned || finish || !s.is_ok();
+            p->reported = p->reported || !s.is_ok();
+          }
+          pump(id, p);
+        });
+  }
+
   std::shared_ptr<World> world_;
   const Graph* graph_;
   SessionOptions options_;
@@ -636,6 +1241,7 @@ class Worker {
   std::mutex mu_;
   std::condition_variable idle_;
   std::unordered_map<uint64_t, std::shared_ptr<std::stop_source>> steps_;  // guarded by mu_
+  std::unordered_map<uint64_t, std::shared_ptr<Partial>> partials_;        // guarded by mu_
 };
 
 }  // namespace

@@ -150,6 +150,50 @@ class DistributedSession {
   Result<std::vector<Tensor>> run(const FeedList& feeds, const std::vector<TensorRef>& fetches,
                                   const std::vector<TargetRef>& targets = {},
                                   const RunOptions& options = {});
+  /// A partial run spanning ranks (partial_run_setup); destroying or
+  /// assigning over it cancels the run. Movable.
+  ///
+  /// Thread safety: one call at a time per handle (a second concurrent
+  /// call is FailedPrecondition).
+  class PartialRun {
+   public:
+    PartialRun();
+    PartialRun(PartialRun&&) noexcept;
+    PartialRun& operator=(PartialRun&&) noexcept;
+    ~PartialRun();
+    /// False for a default-constructed or moved-from handle.
+    bool is_valid() const { return state_ != nullptr; }
+    /// Every declared fetch was fetched and every target ran, or the run
+    /// ended in error or was cancelled.
+    bool is_done() const;
+    struct State;
+
+   private:
+    friend class DistributedSession;
+    std::shared_ptr<State> state_;
+  };
+
+  /// Session::partial_run_setup across the ranks: every rank with a part
+  /// starts a partial run of its own, which runs as far as the feeds allow
+  /// and stays suspended there; nodes run once per partial run on the rank
+  /// that holds them, stateful ones included.
+  Result<PartialRun> partial_run_setup(const std::vector<TensorRef>& fetches,
+                                       const std::vector<TensorRef>& feeds,
+                                       const std::vector<TargetRef>& targets = {},
+                                       const RunOptions& options = {});
+  /// Session::partial_run across the ranks: forwards each feed to the rank
+  /// that makes the tensor, returns the requested fetches once they reach
+  /// rank 0, and waits for the listed targets wherever they run. Misuse
+  /// (undeclared, repeated, not yet computable) is refused with one
+  /// process's messages and leaves the run usable; a kernel error on any
+  /// rank ends the run everywhere (prefixed "rank N: ").
+  Result<std::vector<Tensor>> partial_run(PartialRun& handle, const FeedList& feeds,
+                                          const std::vector<TensorRef>& fetches,
+                                          const std::vector<TargetRef>& targets = {},
+                                          const RunOptions& options = {});
+  /// Cancels an open partial run on every rank. OK if it was done.
+  Status cancel_partial_run(PartialRun& handle);
+
   /// Ends the steps in flight (Cancelled) and every worker's serve();
   /// later runs are Cancelled. Idempotent.
   Status close();
@@ -158,8 +202,8 @@ class DistributedSession {
 
  private:
   struct Impl;
-  explicit DistributedSession(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit DistributedSession(std::shared_ptr<Impl> impl);
+  std::shared_ptr<Impl> impl_;  // shared with the partial runs' handles
 };
 
 /// A worker's loop, on ranks 1..n-1: answers the driver's DistributedSession
