@@ -257,6 +257,50 @@ TEST_F(DistributedTest, DeadlinesAndStopsReachEveryRank) {
   });
 }
 
+// A rank that does not answer (here: a kernel that ignores cancellation,
+// as a stopped process would) fails the step with Unavailable naming it,
+// a second after the deadline, instead of a hang; the session goes on.
+TEST_F(DistributedTest, ARankThatDoesNotAnswerIsUnavailableAfterTheDeadline) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  Output stuck;
+  {
+    auto scope = g.device(far());
+    stuck = ops::Call(
+        g, {x}, {DType::kFloat32},
+        [](OpKernelContext& ctx) -> Status {
+          if (ctx.input(0).scalar<float>() > 0) std::this_thread::sleep_for(3s);
+          return ctx.set_output(0, ctx.input(0));
+        },
+        {}, "stuck")[0];
+  }
+  auto back = g.device("/rank:0");
+  Output z = ops::Add(g, stuck, x, "z");
+  ASSERT_THAT(g.status(), IsOk());
+  across_ranks(g, [&](mpi::DistributedSession& s) {
+    RunOptions soon;
+    soon.timeout = 200ms;
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = s.run({{x, Tensor(1.0f)}}, {z}, {}, soon);
+    const auto waited = std::chrono::steady_clock::now() - t0;
+    if (size() > 1) {
+      EXPECT_THAT(r, StatusIs(StatusCode::kUnavailable,
+                              "rank " + std::to_string(size() - 1) + " did not answer"));
+      EXPECT_LT(waited, 2800ms);  // not the kernel's 3 s
+    } else {
+      EXPECT_THAT(r, StatusIs(StatusCode::kDeadlineExceeded, ""));  // the kernel is local
+    }
+    auto p = s.partial_run_setup({z}, {x}, {}, soon);
+    ASSERT_THAT(p, IsOk());
+    auto pr = s.partial_run(*p, {{x, Tensor(1.0f)}}, {z}, {}, soon);
+    EXPECT_THAT(
+        pr, StatusIs(size() > 1 ? StatusCode::kUnavailable : StatusCode::kDeadlineExceeded, ""));
+    EXPECT_TRUE(p->is_done());
+    auto ok = s.run({{x, Tensor(0.0f)}}, {z}, {}, bounded());
+    EXPECT_THAT(ok, IsOk());
+  });
+}
+
 // Ranks that built different graphs never run a step.
 TEST_F(DistributedTest, ADifferentGraphOnAWorkerIsRefusedSkippedOnOneRank) {
   if (size() == 1) GTEST_SKIP() << "needs a worker rank";

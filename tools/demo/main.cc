@@ -19,6 +19,7 @@
 // Relative: this target does not have the repository root on its include
 // path; the header is self-contained (public API and fmt only).
 #include "../graphrun/build_info.h"
+#include "model.h"
 
 using graphrun::DType;
 using graphrun::Graph;
@@ -29,45 +30,13 @@ using graphrun::Session;
 using graphrun::Shape;
 using graphrun::Tensor;
 namespace ops = graphrun::ops;
+using graphrun::demo::build;
+using graphrun::demo::kBatch;
+using graphrun::demo::kLayers;
+using graphrun::demo::kWidth;
+using graphrun::demo::Model;
 
 namespace {
-
-constexpr int64_t kBatch = 64;
-constexpr int64_t kWidth = 256;
-constexpr int kLayers = 4;
-
-struct Model {
-  Output x;            // the input batch
-  Output temperature;  // stage 2's scale, fed at run time
-  Output hidden;       // end of stage 1
-  Output score;        // end of stage 2
-};
-
-Model build(Graph& g) {
-  g.set_seed(42);
-  Model m;
-  m.x = ops::Placeholder(g, DType::kFloat32, Shape{kBatch, kWidth}, "x");
-  {
-    auto scope = g.name_scope("stage1");
-    Output h = m.x;
-    for (int i = 0; i < kLayers; ++i) {
-      const std::string name = fmt::format("w{}", i);
-      Output w = ops::Variable(
-          g, ops::RandomNormal(g, Shape{kWidth, kWidth}, DType::kFloat32, 0.0, 0.06), name);
-      h = ops::Relu(g, ops::MatMul(g, h, w));
-    }
-    m.hidden = ops::Identity(g, h, "hidden");
-  }
-  {
-    auto scope = g.name_scope("stage2");
-    Output w =
-        ops::Variable(g, ops::RandomNormal(g, Shape{kWidth, 1}, DType::kFloat32, 0.0, 0.06), "w");
-    m.temperature = ops::Placeholder(g, DType::kFloat32, Shape{}, "temperature");
-    Output logits = ops::Mul(g, ops::MatMul(g, m.hidden, w), m.temperature);
-    m.score = ops::Mean(g, ops::Sigmoid(g, logits), {0, 1}, false, "score");
-  }
-  return m;
-}
 
 // Node executions per stage, from the step statistics of one run.
 std::map<std::string, int> executions(const RunMetadata& md) {

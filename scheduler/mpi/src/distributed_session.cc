@@ -73,6 +73,31 @@ int64_t timeout_ms(const RunOptions& options) {
   return options.timeout.has_value() ? options.timeout->count() : -1;
 }
 
+// How long past a call's deadline the driver waits for a worker's answer
+// before it calls the rank unavailable (a stopped or lost process, a
+// kernel that ignores cancellation).
+constexpr auto kAnswerGrace = std::chrono::seconds(1);
+
+// Waits on `cv` until `done`, or until the call's deadline (from `start`)
+// plus kAnswerGrace: false then. Without a timeout, without bound.
+template <typename Done>
+bool wait_parts(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
+                const RunOptions& options, std::chrono::steady_clock::time_point start, Done done) {
+  if (!options.timeout.has_value()) {
+    cv.wait(lock, done);
+    return true;
+  }
+  return cv.wait_until(lock, start + *options.timeout + kAnswerGrace, done);
+}
+
+Status unanswered(int rank, const RunOptions& options) {
+  return unavailable(
+      "rank {} did not answer within the call's deadline of {} ms (+{} s): its process is "
+      "stopped, lost, or runs a kernel that does not stop when cancelled",
+      rank, options.timeout.has_value() ? options.timeout->count() : 0,
+      std::chrono::duration_cast<std::chrono::seconds>(kAnswerGrace).count());
+}
+
 }  // namespace
 
 // ---------------------------------------------------------------- driver
@@ -464,6 +489,7 @@ Result<std::vector<Tensor>> DistributedSession::run(const FeedList& feeds,
                                                     const std::vector<TensorRef>& fetches,
                                                     const std::vector<TargetRef>& targets,
                                                     const RunOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
   Impl& s = *impl_;
   auto step = std::make_shared<Step>();
   uint64_t id = 0;
@@ -523,9 +549,20 @@ Result<std::vector<Tensor>> DistributedSession::run(const FeedList& feeds,
   std::vector<Tensor> fetched;
   {
     std::unique_lock lock(step->mu);
-    step->cv.wait(lock, [&] { return step->pending == 0; });
-    first = step->first;
-    fetched = std::move(step->fetched);
+    if (!wait_parts(lock, step->cv, options, start, [&] { return step->pending == 0; })) {
+      // The silent rank is named; the others were told to stop.
+      for (int w : step->workers) {
+        if (step->reported.count(w) == 0) {
+          first = unanswered(w, options);
+          break;
+        }
+      }
+      if (first.is_ok()) first = step->first;
+      if (first.is_ok()) first = deadline_exceeded("the run's deadline passed");
+    } else {
+      first = step->first;
+      fetched = std::move(step->fetched);
+    }
   }
   on_stop.reset();
   {
@@ -598,6 +635,7 @@ std::vector<int> needs_of(const Graph& g, int root, const std::vector<Output>& f
 Result<DistributedSession::PartialRun> DistributedSession::partial_run_setup(
     const std::vector<TensorRef>& fetches, const std::vector<TensorRef>& feeds,
     const std::vector<TargetRef>& targets, const RunOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
   Impl& s = *impl_;
   auto st = std::make_shared<PartialRun::State>();
   st->impl = impl_;
@@ -685,10 +723,14 @@ Result<DistributedSession::PartialRun> DistributedSession::partial_run_setup(
   if (!status.is_ok()) st->fail(0, status);
   {
     std::unique_lock st_lock(st->mu);
-    st->cv.wait(st_lock, [&] { return st->awaiting.empty(); });
-    status = st->first;
+    if (!wait_parts(st_lock, st->cv, options, start, [&] { return st->awaiting.empty(); })) {
+      status = unanswered(*st->awaiting.begin(), options);
+    } else {
+      status = st->first;
+    }
   }
   if (!status.is_ok()) {
+    st->fail(0, status);
     st->end_local();
     forget();
     return status;
@@ -703,6 +745,7 @@ Result<std::vector<Tensor>> DistributedSession::partial_run(PartialRun& handle,
                                                             const std::vector<TensorRef>& fetches,
                                                             const std::vector<TargetRef>& targets,
                                                             const RunOptions& options) {
+  const auto start = std::chrono::steady_clock::now();
   Impl& s = *impl_;
   const std::shared_ptr<PartialRun::State> st = handle.state_;
   if (st == nullptr) return invalid_argument("an empty partial run handle");
@@ -850,15 +893,19 @@ Result<std::vector<Tensor>> DistributedSession::partial_run(PartialRun& handle,
   Status status;
   {
     std::unique_lock lock(st->mu);
-    st->cv.wait(lock, [&] { return st->awaiting.empty(); });
-    status = st->first;
-    if (status.is_ok() && last) st->ended = true;
+    if (!wait_parts(lock, st->cv, options, start, [&] { return st->awaiting.empty(); })) {
+      status = unanswered(*st->awaiting.begin(), options);
+    } else {
+      status = st->first;
+      if (status.is_ok() && last) st->ended = true;
+    }
   }
   if (!status.is_ok() || last) {
     const std::lock_guard steps_lock(s.steps_mu);
     s.partials.erase(st->id);
   }
   if (!status.is_ok()) {
+    st->fail(0, status);
     st->end_local();
     return status;
   }
