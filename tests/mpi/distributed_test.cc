@@ -532,13 +532,17 @@ TEST_F(DistributedTest, ConcurrentPartialRunsAcrossRanksLoseNoUpdate) {
             for (int i = 0; i < kEach; ++i) {
               auto run = s.partial_run_setup({t.h, t.y}, {t.x, t.z}, {}, bounded());
               if (!run.is_ok()) {
-                ++failures;
+                if (failures++ == 0) ADD_FAILURE() << run.status().to_string();
                 continue;
               }
               const auto v = static_cast<float>(k * 100 + i);
               auto h = s.partial_run(*run, {{t.x, Tensor(v)}}, {t.h}, {}, bounded());
               auto y = s.partial_run(*run, {{t.z, Tensor(1.0f)}}, {t.y}, {}, bounded());
-              if (!h.is_ok() || !y.is_ok() || (*y)[0].scalar<float>() != 2 * v + 1) ++failures;
+              if (!h.is_ok() || !y.is_ok() || (*y)[0].scalar<float>() != 2 * v + 1) {
+                if (failures++ == 0) {
+                  ADD_FAILURE() << h.status().to_string() << " / " << y.status().to_string();
+                }
+              }
             }
           });
         }

@@ -1,6 +1,7 @@
 #include "scheduler/mpi/src/control.h"
 
 #include <cstring>
+#include <mutex>
 #include <utility>
 
 #include "scheduler/mpi/src/wire.h"
@@ -17,6 +18,12 @@ class SendMessage final : public Operation {
   bool advance(Round& round) override {
     if (posted_) return true;
     posted_ = true;
+    // Envelope and payload of one message must be posted back to back:
+    // two threads sending to the same rank would otherwise interleave
+    // them, and the receiver would take one's envelope as the other's
+    // payload (the concurrent partial-run test caught this under ASan).
+    static std::mutex posting;
+    const std::lock_guard lock(posting);
     Status s = round.send(&envelope_, sizeof(Envelope), dest_, tag_, comm_);
     if (s.is_ok() && !payload_.empty()) {
       s = round.send(payload_.data(), payload_.size(), dest_, tag_, comm_);

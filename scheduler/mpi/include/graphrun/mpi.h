@@ -157,15 +157,22 @@ class DistributedSession {
   /// call is FailedPrecondition).
   class PartialRun {
    public:
+    /// An empty handle.
     PartialRun();
+    ///@{
+    /// Moving leaves the source empty; assigning over a handle cancels the
+    /// run it held.
     PartialRun(PartialRun&&) noexcept;
     PartialRun& operator=(PartialRun&&) noexcept;
+    ///@}
+    /// Cancels the run unless it is done.
     ~PartialRun();
     /// False for a default-constructed or moved-from handle.
     bool is_valid() const { return state_ != nullptr; }
     /// Every declared fetch was fetched and every target ran, or the run
     /// ended in error or was cancelled.
     bool is_done() const;
+    /// The run's state on rank 0 (internal).
     struct State;
 
    private:
