@@ -257,5 +257,59 @@ TEST_F(SendRecvTest, ADeadlineOrCloseEndsARecvWaitingForItsSendSkippedOnOneRank)
   EXPECT_THAT(pending.get(), StatusIs(StatusCode::kCancelled, "closed"));
 }
 
+// A Send whose Recv was stopped first leaves a message no Recv takes. 1024
+// invocations later a Recv has the same tag; it must drop the stale
+// transfer (an older invocation, by its header) and take its own.
+TEST_F(SendRecvTest, AStaleTransferOnTheSameTagIsDroppedNotTaken) {
+  const int sender = 0;
+  const int receiver = size() > 1 ? 1 : 0;
+  if (rank() != sender && rank() != receiver) return;
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  const Node* send = ops::Send(g, x, receiver, "stale", "send");
+  Output got = ops::Recv(g, DType::kFloat32, sender, "stale", Shape{}, "recv");
+  ASSERT_THAT(g.status(), IsOk());
+  auto s = session_of(g);
+  const MPI_Comm pair = MPI_COMM_WORLD;
+  auto barrier = [&] {
+    // Only the two ranks: a point-to-point handshake.
+    if (sender == receiver) return;
+    int token = 0;
+    if (rank() == sender) {
+      MPI_Sendrecv(&token, 1, MPI_INT, receiver, 77, &token, 1, MPI_INT, receiver, 77, pair,
+                   MPI_STATUS_IGNORE);
+    } else {
+      MPI_Sendrecv(&token, 1, MPI_INT, sender, 77, &token, 1, MPI_INT, sender, 77, pair,
+                   MPI_STATUS_IGNORE);
+    }
+  };
+  // Invocation 0 of the Recv gives up before invocation 0 of the Send goes.
+  if (rank() == receiver) {
+    RunOptions soon;
+    soon.timeout = 50ms;
+    EXPECT_THAT(s->run({}, {got}, {}, soon), StatusIs(StatusCode::kDeadlineExceeded, ""));
+  }
+  barrier();
+  if (rank() == sender) {
+    ASSERT_THAT(s->run({{x, Tensor(-1.0f)}}, {}, {send}, bounded()), IsOk());
+  }
+  barrier();
+  // Invocations 1..1024: the last has invocation 0's tag.
+  for (int k = 1; k <= 1024; ++k) {
+    const auto v = static_cast<float>(k);
+    if (sender == receiver) {
+      auto out = s->run({{x, Tensor(v)}}, {got}, {send}, bounded());
+      ASSERT_THAT(out, IsOk()) << k;
+      ASSERT_EQ((*out)[0].scalar<float>(), v);
+    } else if (rank() == sender) {
+      ASSERT_THAT(s->run({{x, Tensor(v)}}, {}, {send}, bounded()), IsOk()) << k;
+    } else {
+      auto out = s->run({}, {got}, {}, bounded());
+      ASSERT_THAT(out, IsOk()) << k;
+      ASSERT_EQ((*out)[0].scalar<float>(), v) << k;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace graphrun

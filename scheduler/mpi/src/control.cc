@@ -60,8 +60,8 @@ class ReceiveMessages final : public Operation {
       if (envelope_.bytes != 0) {
         message_.payload.resize(envelope_.bytes);
         payload_pending_ = true;
-        return ended(
-            round.recv(message_.payload.data(), message_.payload.size(), source_, tag_, comm_));
+        return ended(round.recv_arriving(message_.payload.data(), message_.payload.size(), source_,
+                                         tag_, comm_));
       }
       message_.payload.clear();
       deliver();

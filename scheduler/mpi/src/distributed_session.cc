@@ -16,6 +16,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <set>
 #include <stop_token>
 #include <string>
@@ -427,7 +428,11 @@ Result<std::unique_ptr<DistributedSession>> DistributedSession::create(const Gra
                                              [self](Message m) { self->deliver(std::move(m)); }));
     workers.push_back(r);
   }
-  Result<std::unique_ptr<Partition>> partition = Partition::make(*impl->graph, world->size(), 0);
+  // A nonce of this session in every transfer's header (Partition::make).
+  std::random_device entropy;
+  const auto session_id = static_cast<int64_t>((uint64_t{entropy()} << 32) ^ entropy());
+  Result<std::unique_ptr<Partition>> partition =
+      Partition::make(*impl->graph, world->size(), 0, session_id);
   Status setup = partition.status();
   if (setup.is_ok()) {
     impl->partition = std::move(*partition);
@@ -446,7 +451,7 @@ Result<std::unique_ptr<DistributedSession>> DistributedSession::create(const Gra
   const uint64_t print = Partition::fingerprint(*impl->graph);
   for (int r : workers) {
     Writer w;
-    w.u64(print).u64(static_cast<uint64_t>(world->size()));
+    w.u64(print).u64(static_cast<uint64_t>(world->size())).i64(session_id);
     internal::send_message(world->engine(), r, internal::kToWorker, Kind::kHello, 0, w.take());
   }
   const auto deadline = std::chrono::steady_clock::now() + cluster.connect_timeout;
@@ -950,7 +955,8 @@ class Worker {
       : world_(std::move(world)), graph_(&graph), options_(std::move(options)) {}
 
   Status serve() {
-    Status setup = make();
+    Status setup;  // this rank's cut and session, made at the hello
+    bool made = false;
     internal::Listener listener(world_->engine(), 0, internal::kToWorker,
                                 [this](Message m) { inbox_.push(std::move(m)); });
     for (;;) {
@@ -965,7 +971,8 @@ class Worker {
       Message& m = *next;
       switch (m.kind) {
         case Kind::kHello: {
-          Status s = setup.is_ok() ? hello(m) : setup;
+          Status s = hello(m, setup);
+          made = true;
           reply(Kind::kReady, 0, Writer().status(s).take());
           if (!s.is_ok()) return s;
           break;
@@ -988,7 +995,10 @@ class Worker {
           }
           if (session_ != nullptr) static_cast<void>(session_->close());
           reply(Kind::kClosed, 0, {});
-          return setup;  // closed before a hello: the driver failed too
+          // Closed before a hello: the driver failed to set up, and so
+          // would this rank (the same placement), which is returned.
+          if (!made) setup = make(0);
+          return setup;
         }
         default: break;
       }
@@ -1014,16 +1024,20 @@ class Worker {
     bool reported = false;   // its own end was reported
   };
 
-  Status make() {
-    GRAPHRUN_ASSIGN_OR_RETURN(partition_, Partition::make(*graph_, world_->size(), world_->rank()));
+  Status make(int64_t session) {
+    GRAPHRUN_ASSIGN_OR_RETURN(partition_,
+                              Partition::make(*graph_, world_->size(), world_->rank(), session));
     GRAPHRUN_ASSIGN_OR_RETURN(session_, Session::create(partition_->local(), options_));
     return Status::ok();
   }
 
-  Status hello(const Message& m) {
+  // Checks the driver's graph and world against this rank's, then cuts
+  // the graph for the driver's session (`setup`: that cut's status).
+  Status hello(const Message& m, Status& setup) {
     Reader r(m.payload);
     GRAPHRUN_ASSIGN_OR_RETURN(uint64_t print, r.u64());
     GRAPHRUN_ASSIGN_OR_RETURN(uint64_t size, r.u64());
+    GRAPHRUN_ASSIGN_OR_RETURN(int64_t session, r.i64());
     if (size != static_cast<uint64_t>(world_->size())) {
       return failed_precondition("the driver sees {} ranks, this rank {}", size, world_->size());
     }
@@ -1033,7 +1047,8 @@ class Worker {
           "graph (the same nodes, in the same order)",
           graph_->num_nodes());
     }
-    return Status::ok();
+    setup = make(session);
+    return setup;
   }
 
   void reply(Kind kind, uint64_t step, std::string payload) {

@@ -47,7 +47,9 @@ Status mpi_error(int code, const char* call) {
   return unavailable("{}: {}", call, std::string_view(text, static_cast<std::size_t>(len)));
 }
 
-Status Round::post(bool receive, void* data, std::size_t bytes, int peer, int tag, MPI_Comm comm) {
+Status Round::post(bool cancellable_receive, void* data, std::size_t bytes, int peer, int tag,
+                   MPI_Comm comm, bool receive) {
+  receive = receive || cancellable_receive;
   GRAPHRUN_RETURN_IF_ERROR(check_bytes(bytes));
   void* buffer = bytes == 0 ? &g_empty : data;
   const int count = static_cast<int>(bytes);
@@ -56,7 +58,7 @@ Status Round::post(bool receive, void* data, std::size_t bytes, int peer, int ta
                          : MPI_Isend(buffer, count, MPI_BYTE, peer, tag, comm, &request);
   if (rc != MPI_SUCCESS) return mpi_error(rc, receive ? "MPI_Irecv" : "MPI_Isend");
   requests_.push_back(request);
-  receives_.push_back(receive ? 1 : 0);
+  receives_.push_back(cancellable_receive ? 1 : 0);
   return Status::ok();
 }
 

@@ -34,11 +34,18 @@ class Round {
   Status recv(void* data, std::size_t bytes, int source, int tag, MPI_Comm comm) {
     return post(true, data, bytes, source, tag, comm);
   }
+  // A receive of a message that is already on its way (the bytes after
+  // their header): a stop lets it complete instead of cancelling it, so
+  // that it never stays behind for a later receive of the same tag.
+  Status recv_arriving(void* data, std::size_t bytes, int source, int tag, MPI_Comm comm) {
+    return post(false, data, bytes, source, tag, comm, true);
+  }
   bool empty() const { return requests_.empty(); }
 
  private:
   friend class Engine;
-  Status post(bool receive, void* data, std::size_t bytes, int peer, int tag, MPI_Comm comm);
+  Status post(bool cancellable_receive, void* data, std::size_t bytes, int peer, int tag,
+              MPI_Comm comm, bool receive = false);
   std::vector<MPI_Request> requests_;
   std::vector<uint8_t> receives_;
 };

@@ -16,9 +16,10 @@ namespace {
 const std::string kNone;
 }  // namespace
 
-Result<std::unique_ptr<Partition>> Partition::make(const Graph& global, int num_ranks, int rank) {
+Result<std::unique_ptr<Partition>> Partition::make(const Graph& global, int num_ranks, int rank,
+                                                   int64_t session) {
   GRAPHRUN_RETURN_IF_ERROR(global.status());
-  std::unique_ptr<Partition> p(new Partition(global, rank));
+  std::unique_ptr<Partition> p(new Partition(global, rank, session));
   GRAPHRUN_RETURN_IF_ERROR(p->build(num_ranks));
   return p;
 }
@@ -59,7 +60,7 @@ Status Partition::add_send(const CrossEdge& e, Output x) {
   NodeSpec spec{.op = "MpiPartitionSend",
                 .name = fresh_name(fmt::format("_mpi/send_{}", e.id)),
                 .inputs = {x, step_},
-                .attrs = {{"edge", int64_t{e.id}}, {"dest", int64_t{e.to}}}};
+                .attrs = {{"edge", int64_t{e.id}}, {"session", session_}, {"dest", int64_t{e.to}}}};
   if (e.output < 0) spec.control_inputs.push_back(local_of_[static_cast<std::size_t>(e.node)]);
   GRAPHRUN_ASSIGN_OR_RETURN(Node * send, local_.add_node(std::move(spec)));
   sends_[e.id] = send->name();
@@ -73,6 +74,7 @@ Status Partition::add_recv(const CrossEdge& e, DType dtype, const Shape& shape) 
                                             .inputs = {step_},
                                             .attrs = {{"T", dtype},
                                                       {"edge", int64_t{e.id}},
+                                                      {"session", session_},
                                                       {"source", int64_t{e.from}},
                                                       {"shape", shape}}}));
   recvs_[e.id] = recv->output(0).name();

@@ -35,8 +35,11 @@ struct CrossEdge {
 class Partition {
  public:
   // Cuts `global` (which must outlive the partition) for `rank` of a world
-  // of `num_ranks`.
-  static Result<std::unique_ptr<Partition>> make(const Graph& global, int num_ranks, int rank);
+  // of `num_ranks`, for the session `session` (a nonce the driver picks:
+  // the transfers' headers carry it, so that a transfer a stopped step
+  // left behind is never taken for one of another session).
+  static Result<std::unique_ptr<Partition>> make(const Graph& global, int num_ranks, int rank,
+                                                 int64_t session);
 
   const Graph& global() const { return *global_; }
   // This rank's graph; grows with add_fetch_edge.
@@ -64,7 +67,8 @@ class Partition {
   static uint64_t fingerprint(const Graph& g);
 
  private:
-  Partition(const Graph& global, int rank) : global_(&global), rank_(rank) {}
+  Partition(const Graph& global, int rank, int64_t session)
+      : global_(&global), rank_(rank), session_(session) {}
   Status build(int num_ranks);
   Status add_send(const CrossEdge& e, Output x);
   Status add_recv(const CrossEdge& e, DType dtype, const Shape& shape);
@@ -72,6 +76,7 @@ class Partition {
 
   const Graph* global_;
   int rank_;
+  int64_t session_;
   Graph local_;
   std::vector<int> ranks_;
   std::vector<CrossEdge> edges_;

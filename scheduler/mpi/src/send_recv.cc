@@ -92,6 +92,22 @@ class RecvOp final : public Transfer {
         }
         return false;
       case 1: {
+        if (stale() && header_.bytes < static_cast<uint64_t>(INT32_MAX)) {
+          // A transfer no Recv took (its step was stopped after the Send
+          // went, or another session's of the same tag): its bytes are
+          // received and dropped, and this Recv waits on.
+          if (header_.bytes == 0) {
+            stage_ = 0;
+            return advance(round);
+          }
+          stage_ = 3;
+          drain_.resize(static_cast<std::size_t>(header_.bytes));
+          if (Status s = round.recv_arriving(drain_.data(), drain_.size(), peer_, tag_, comm_);
+              !s.is_ok()) {
+            return finish(std::move(s));
+          }
+          return false;
+        }
         stage_ = 2;
         status_ = check_header();
         if (status_.is_ok()) {
@@ -105,21 +121,31 @@ class RecvOp final : public Transfer {
         }
         if (header_.bytes == 0) return finish(produce());
         Status s;
+        // The bytes follow their header: a stop lets them arrive rather
+        // than leave them for a later Recv of the same tag.
         if (status_.is_ok()) {
-          s = round.recv(value_.raw_data(), value_.byte_size(), peer_, tag_, comm_);
+          s = round.recv_arriving(value_.raw_data(), value_.byte_size(), peer_, tag_, comm_);
         } else {
           // Received anyway, so that the sender's send completes.
           drain_.resize(static_cast<std::size_t>(std::min<uint64_t>(header_.bytes, INT32_MAX)));
-          s = round.recv(drain_.data(), drain_.size(), peer_, tag_, comm_);
+          s = round.recv_arriving(drain_.data(), drain_.size(), peer_, tag_, comm_);
         }
         if (!s.is_ok()) return finish(std::move(s));
         return false;
       }
+      case 3:  // a stale transfer's bytes are in: wait for this one's header
+        drain_.clear();
+        stage_ = 0;
+        return advance(round);
       default: return finish(produce());
     }
   }
 
  private:
+  // The header is of an earlier invocation of this key, or of another key
+  // (another session's edge) on the same tag.
+  bool stale() const { return header_.key_hash != hash_ || header_.invocation < invocation_; }
+
   Status check_header() const {
     if (header_.key_hash != hash_ || header_.invocation != invocation_) {
       return internal_error(
@@ -225,7 +251,10 @@ Result<std::unique_ptr<OpKernel>> make_transfer(OpKernelConstruction& c, bool se
       return invalid_argument("{}: edge {} is outside [0, {})", node.describe(), edge,
                               internal::kMaxEdges);
     }
-    key = fmt::format("edge {}", edge);  // in the header only: edges have tags of their own
+    GRAPHRUN_ASSIGN_OR_RETURN(int64_t session, c.attr<int64_t>("session"));
+    // In the header only (edges have tags of their own): tells this
+    // session's transfers from another's on the same edge and step.
+    key = fmt::format("edge {} session {:x}", edge, session);
   } else {
     GRAPHRUN_ASSIGN_OR_RETURN(std::string name, c.attr<std::string>("tensor_name"));
     if (name.empty()) {
@@ -289,6 +318,7 @@ void register_transfer_ops(OpRegistry& registry) {
                        .input("step", DType::kInt64)
                        .type_attr("T", all_dtypes())
                        .attr("edge", int64_t{0})
+                       .attr("session", int64_t{0})
                        .attr("dest", int64_t{0})
                        .stateful()
                        .doc("Sends x over cross-rank edge `edge` of a partitioned "
@@ -300,6 +330,7 @@ void register_transfer_ops(OpRegistry& registry) {
                        .output("y", "T")
                        .type_attr("T", all_dtypes())
                        .attr("edge", int64_t{0})
+                       .attr("session", int64_t{0})
                        .attr("source", int64_t{0})
                        .attr("shape", Shape::unknown())
                        .stateful()
