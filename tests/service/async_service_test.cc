@@ -430,7 +430,9 @@ TEST_F(AsyncServiceTest, CallsPastMaxCallsInFlightAreResourceExhausted) {
 }
 
 // Closing the session answers its calls in flight, running or queued, with
-// CANCELLED.
+// CANCELLED. A call the server has received but not yet matched to its
+// session when the close lands finds the session gone: NOT_FOUND naming it
+// (rare: seen once in a loaded ctest -j2).
 TEST_F(AsyncServiceTest, CloseSessionAnswersItsCallsInFlight) {
   const std::string handle = create(sleepy_graph(60'000));
   Calls calls(*stub_);
@@ -442,10 +444,17 @@ TEST_F(AsyncServiceTest, CloseSessionAnswersItsCallsInFlight) {
   grpc::ClientContext context;
   ASSERT_TRUE(stub_->CloseSession(&context, close, &close_response).ok());
   calls.wait();
+  int cancelled = 0;
   for (std::size_t i = 0; i < 20; ++i) {
-    EXPECT_EQ(calls.status(i).error_code(), grpc::StatusCode::CANCELLED)
-        << i << ": " << calls.status(i).error_message();
+    const grpc::Status& st = calls.status(i);
+    if (st.error_code() == grpc::StatusCode::CANCELLED) {
+      ++cancelled;
+    } else {
+      EXPECT_EQ(st.error_code(), grpc::StatusCode::NOT_FOUND) << i << ": " << st.error_message();
+      EXPECT_THAT(st.error_message(), HasSubstr(handle)) << i;
+    }
   }
+  EXPECT_GE(cancelled, 15);  // nearly all were running or queued in the session
   EXPECT_EQ(server_->registry().size(), 0u);
 }
 
