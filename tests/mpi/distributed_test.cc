@@ -41,6 +41,18 @@ SessionOptions threads(int n) {
   return options;
 }
 
+// A node "check" on the caller's device scope: x, or InvalidArgument
+// "negative input" when x < 0.
+Output checked(Graph& g, Output x) {
+  return ops::Call(
+      g, {x}, {DType::kFloat32},
+      [](OpKernelContext& ctx) -> Status {
+        if (ctx.input(0).scalar<float>() < 0) return invalid_argument("negative input");
+        return ctx.set_output(0, ctx.input(0));
+      },
+      {}, "check")[0];
+}
+
 // Rank 0 drives `g` with `drive`; the other ranks serve it until it closes.
 void across_ranks(const Graph& g, const std::function<void(mpi::DistributedSession&)>& drive,
                   SessionOptions options = threads(2)) {
@@ -196,13 +208,7 @@ TEST_F(DistributedTest, AWorkerErrorNamesItsRankAndNode) {
   Output y;
   {
     auto scope = g.device(far());
-    y = ops::Call(
-        g, {x}, {DType::kFloat32},
-        [](OpKernelContext& ctx) -> Status {
-          if (ctx.input(0).scalar<float>() < 0) return invalid_argument("negative input");
-          return ctx.set_output(0, ctx.input(0));
-        },
-        {}, "check")[0];
+    y = checked(g, x);
   }
   Output z = ops::Add(g, y, x, "z");
   ASSERT_THAT(g.status(), IsOk());
@@ -471,19 +477,13 @@ TEST_F(DistributedTest, PartialRunsEndEverywhereWhenCancelledDroppedOrFailed) {
   Graph g;
   Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
   Output z = ops::Placeholder(g, DType::kFloat32, Shape{}, "z");
-  Output checked;
+  Output passed;
   {
     auto scope = g.device(far());
-    checked = ops::Call(
-        g, {x}, {DType::kFloat32},
-        [](OpKernelContext& ctx) -> Status {
-          if (ctx.input(0).scalar<float>() < 0) return invalid_argument("negative input");
-          return ctx.set_output(0, ctx.input(0));
-        },
-        {}, "check")[0];
+    passed = checked(g, x);
   }
   auto back = g.device("/rank:0");
-  Output y = ops::Add(g, checked, z, "y");
+  Output y = ops::Add(g, passed, z, "y");
   ASSERT_THAT(g.status(), IsOk());
   across_ranks(g, [&](mpi::DistributedSession& s) {
     const std::string where = size() > 1 ? "rank " + std::to_string(size() - 1) + ": " : "";

@@ -74,6 +74,26 @@ int64_t timeout_ms(const RunOptions& options) {
   return options.timeout.has_value() ? options.timeout->count() : -1;
 }
 
+// The nodes (by id: 1 if reached) a step of `roots` runs: back from them
+// over data and control inputs; the walk ends at each input for which
+// `stop(input)` is true (a fed tensor).
+template <typename Stop>
+std::vector<char> walk_back(const Graph& g, std::vector<int> stack, Stop stop) {
+  std::vector<char> reached(static_cast<std::size_t>(g.num_nodes()), 0);
+  while (!stack.empty()) {
+    const int id = stack.back();
+    stack.pop_back();
+    if (reached[static_cast<std::size_t>(id)] != 0) continue;
+    reached[static_cast<std::size_t>(id)] = 1;
+    const Node& n = *g.node(id);
+    for (const Output& in : n.inputs()) {
+      if (!stop(in)) stack.push_back(in.node()->id());
+    }
+    for (const Node* dep : n.control_inputs()) stack.push_back(dep->id());
+  }
+  return reached;
+}
+
 // How long past a call's deadline the driver waits for a worker's answer
 // before it calls the rank unavailable (a stopped or lost process, a
 // kernel that ignores cancellation).
@@ -296,7 +316,6 @@ Result<std::shared_ptr<const Signature>> DistributedSession::Impl::plan(
   }
   // What the step needs: back from the fetches and targets, stopping at
   // fed tensors.
-  std::vector<char> needed(static_cast<std::size_t>(g.num_nodes()), 0);
   std::vector<int> stack;
   std::vector<Output> fetched;
   for (const TensorRef& f : fetches) {
@@ -314,17 +333,9 @@ Result<std::shared_ptr<const Signature>> DistributedSession::Impl::plan(
   if (fetched.empty() && targeted.empty()) {
     return invalid_argument("run() needs at least one fetch or target");
   }
-  while (!stack.empty()) {
-    const int id = stack.back();
-    stack.pop_back();
-    if (needed[static_cast<std::size_t>(id)] != 0) continue;
-    needed[static_cast<std::size_t>(id)] = 1;
-    const Node& n = *g.node(id);
-    for (const Output& in : n.inputs()) {
-      if (fed.count({in.node()->id(), in.index()}) == 0) stack.push_back(in.node()->id());
-    }
-    for (const Node* dep : n.control_inputs()) stack.push_back(dep->id());
-  }
+  const std::vector<char> needed = walk_back(g, std::move(stack), [&](const Output& in) {
+    return fed.count({in.node()->id(), in.index()}) != 0;
+  });
   const int ranks = world->size();
   std::vector<std::vector<int>> sends(static_cast<std::size_t>(ranks));
   std::vector<std::vector<std::string>> targets_of(static_cast<std::size_t>(ranks));
@@ -609,30 +620,13 @@ namespace {
 // The declared feeds (indices) that `root` needs: back from it, stopping
 // at declared feeds.
 std::vector<int> needs_of(const Graph& g, int root, const std::vector<Output>& feeds) {
-  std::vector<char> seen(static_cast<std::size_t>(g.num_nodes()), 0);
   std::set<int> needs;
-  std::vector<int> stack{root};
-  auto declared = [&](const Output& o) {
-    for (std::size_t k = 0; k < feeds.size(); ++k) {
-      if (feeds[k] == o) return static_cast<int>(k);
-    }
-    return -1;
-  };
-  while (!stack.empty()) {
-    const int id = stack.back();
-    stack.pop_back();
-    if (seen[static_cast<std::size_t>(id)] != 0) continue;
-    seen[static_cast<std::size_t>(id)] = 1;
-    const Node& n = *g.node(id);
-    for (const Output& in : n.inputs()) {
-      if (const int f = declared(in); f >= 0) {
-        needs.insert(f);
-      } else {
-        stack.push_back(in.node()->id());
-      }
-    }
-    for (const Node* dep : n.control_inputs()) stack.push_back(dep->id());
-  }
+  static_cast<void>(walk_back(g, {root}, [&](const Output& in) {
+    const auto it = std::find(feeds.begin(), feeds.end(), in);
+    if (it == feeds.end()) return false;
+    needs.insert(static_cast<int>(it - feeds.begin()));
+    return true;
+  }));
   return {needs.begin(), needs.end()};
 }
 }  // namespace
