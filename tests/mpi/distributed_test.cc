@@ -129,6 +129,51 @@ TEST_F(DistributedTest, AnyTensorMayBeFedOnWhicheverRankMakesIt) {
   });
 }
 
+// A Callable gives run()'s results from positional feeds, from many
+// threads at once, with far and local fetches, and checks its arity.
+TEST_F(DistributedTest, ACallableRunsTheSignatureAcrossRanks) {
+  TwoStage t;
+  across_ranks(t.g, [&](mpi::DistributedSession& s) {
+    auto local = Session::create(t.g).value();
+    auto callable = s.make_callable({t.x}, {t.scaled, t.sum});
+    ASSERT_THAT(callable, IsOk());
+    EXPECT_EQ(callable->num_feeds(), 1u);
+    EXPECT_EQ(callable->num_fetches(), 2u);
+    std::atomic<int> wrong{0};
+    std::vector<std::thread> callers;
+    for (int k = 0; k < 3; ++k) {
+      callers.emplace_back([&, k] {
+        for (int i = 0; i < 10; ++i) {
+          const Tensor x = Tensor::matrix<float>({{float(k), float(i)}, {1, -2}});
+          auto want = local->run({{t.x, x}}, {t.scaled, t.sum}).value();
+          std::vector<Tensor> got(2);
+          const Tensor feeds[] = {x};
+          if (!callable->run(feeds, got, bounded()).is_ok() || !got[0].equals(want[0]) ||
+              !got[1].equals(want[1])) {
+            ++wrong;
+          }
+        }
+      });
+    }
+    for (auto& c : callers) c.join();
+    EXPECT_EQ(wrong.load(), 0);
+    // Only targets and a far fetch: rank 0 may have no part of its own.
+    auto far_only = s.make_callable({t.x}, {t.product});
+    ASSERT_THAT(far_only, IsOk());
+    std::vector<Tensor> product(1);
+    const Tensor eye[] = {Tensor::matrix<float>({{1, 0}, {0, 1}})};
+    ASSERT_THAT(far_only->run(eye, product, bounded()), IsOk());
+    EXPECT_TRUE(product[0].equals(Tensor::matrix<float>({{1, 2}, {3, 4}})));
+    // Arity and names.
+    std::vector<Tensor> one(1);
+    EXPECT_THAT(callable->run({}, one), StatusIs(StatusCode::kInvalidArgument, "takes 1 feeds"));
+    EXPECT_THAT(s.make_callable({"nope"}, {t.sum}), StatusIs(StatusCode::kNotFound, "nope"));
+    mpi::DistributedSession::Callable empty;
+    EXPECT_FALSE(empty.is_valid());
+    EXPECT_THAT(empty.run({}, {}), StatusIs(StatusCode::kFailedPrecondition, "empty"));
+  });
+}
+
 // A variable on the far rank, updated from many threads of the driver at
 // once, read from rank 0 through another signature: no update is lost.
 TEST_F(DistributedTest, ConcurrentUpdatesOfAFarVariableAreNeverLost) {
@@ -352,10 +397,16 @@ TEST_F(DistributedTest, CloseEndsTheWorkersAndLaterRuns) {
   auto s = mpi::DistributedSession::create(t.g).value();
   ASSERT_THAT(s->run({{t.x, Tensor::filled<float>(Shape{2, 2}, 1.0f)}}, {t.sum}, {}, bounded()),
               IsOk());
+  auto callable = s->make_callable({t.x}, {t.scaled});
+  ASSERT_THAT(callable, IsOk());
   ASSERT_THAT(s->close(), IsOk());
   EXPECT_THAT(s->close(), IsOk());
   EXPECT_THAT(s->run({{t.x, Tensor::filled<float>(Shape{2, 2}, 1.0f)}}, {t.sum}),
               StatusIs(StatusCode::kCancelled, "closed"));
+  const Tensor feeds[] = {Tensor::filled<float>(Shape{2, 2}, 1.0f)};
+  std::vector<Tensor> fetched(1);
+  EXPECT_THAT(callable->run(feeds, fetched), StatusIs(StatusCode::kCancelled, "closed"));
+  EXPECT_THAT(s->make_callable({t.x}, {t.sum}), StatusIs(StatusCode::kCancelled, "closed"));
 }
 
 TEST_F(DistributedTest, MisuseIsReportedOnTheDriver) {

@@ -18,6 +18,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <span>
 #include <stop_token>
 #include <string>
 #include <unordered_map>
@@ -175,6 +176,16 @@ struct DistributedSession::Impl {
   Result<std::shared_ptr<const Signature>> plan(const FeedList& feeds,
                                                 const std::vector<TensorRef>& fetches,
                                                 const std::vector<TargetRef>& targets);
+  // One step: of `sig` (a Callable's) or, when null, of the signature of
+  // `feeds`, `fetches` and `targets` (planned under mu); `values` are the
+  // feeds' tensors in order; rank 0's part runs through `local_callable`
+  // when given.
+  Result<std::vector<Tensor>> execute(std::shared_ptr<const Signature> sig, const FeedList* feeds,
+                                      const std::vector<TensorRef>* fetches,
+                                      const std::vector<TargetRef>* targets,
+                                      std::span<const Tensor> values,
+                                      const graphrun::Callable* local_callable,
+                                      const RunOptions& options);
   // Sends close to `notify` and waits (close_timeout) for `wait_for` to
   // confirm.
   Status shut_down(const std::vector<int>& notify, const std::vector<int>& wait_for);
@@ -505,15 +516,27 @@ Result<std::vector<Tensor>> DistributedSession::run(const FeedList& feeds,
                                                     const std::vector<TensorRef>& fetches,
                                                     const std::vector<TargetRef>& targets,
                                                     const RunOptions& options) {
+  std::vector<Tensor> values;
+  values.reserve(feeds.size());
+  for (const Feed& f : feeds) values.push_back(f.value);
+  return impl_->execute(nullptr, &feeds, &fetches, &targets, values, nullptr, options);
+}
+
+Result<std::vector<Tensor>> DistributedSession::Impl::execute(
+    std::shared_ptr<const Signature> sig, const FeedList* feeds,
+    const std::vector<TensorRef>* fetches, const std::vector<TargetRef>* targets,
+    std::span<const Tensor> values, const graphrun::Callable* local_callable,
+    const RunOptions& options) {
   const auto start = std::chrono::steady_clock::now();
-  Impl& s = *impl_;
+  Impl& s = *this;
   auto step = std::make_shared<Step>();
   uint64_t id = 0;
-  std::shared_ptr<const Signature> sig;
   {
     const std::lock_guard lock(s.mu);
     if (s.closed) return cancelled("Session has been closed.");
-    GRAPHRUN_ASSIGN_OR_RETURN(sig, s.plan(feeds, fetches, targets));
+    if (sig == nullptr) {
+      GRAPHRUN_ASSIGN_OR_RETURN(sig, s.plan(*feeds, *fetches, *targets));
+    }
     id = s.next_step++;
     for (const Signature::Part& p : sig->parts) step->workers.push_back(p.rank);
     step->pending = static_cast<int>(sig->parts.size()) + (sig->local ? 1 : 0);
@@ -525,33 +548,46 @@ Result<std::vector<Tensor>> DistributedSession::run(const FeedList& feeds,
       Writer w;
       w.i64(timeout_ms(options));
       std::size_t n = 0;
-      for (std::size_t k = 0; k < feeds.size(); ++k) n += sig->feed_rank[k] == p.rank ? 1 : 0;
+      for (std::size_t k = 0; k < values.size(); ++k) n += sig->feed_rank[k] == p.rank ? 1 : 0;
       w.u64(n);
-      for (std::size_t k = 0; k < feeds.size(); ++k) {
-        if (sig->feed_rank[k] == p.rank) w.str(sig->feed_name[k]).tensor(feeds[k].value);
+      for (std::size_t k = 0; k < values.size(); ++k) {
+        if (sig->feed_rank[k] == p.rank) w.str(sig->feed_name[k]).tensor(values[k]);
       }
       internal::send_message(s.world->engine(), p.rank, internal::kToWorker, Kind::kStart, id,
                              p.fixed + w.take());
     }
     if (sig->local) {
-      FeedList local{{s.partition->step_name(), Tensor(static_cast<int64_t>(id))}};
-      for (std::size_t k = 0; k < feeds.size(); ++k) {
-        if (sig->feed_rank[k] == 0) local.push_back(Feed{sig->feed_name[k], feeds[k].value});
-      }
-      std::vector<TensorRef> local_fetches(sig->local_fetches.begin(), sig->local_fetches.end());
-      std::vector<TargetRef> local_targets(sig->local_targets.begin(), sig->local_targets.end());
       RunOptions o;
       o.timeout = options.timeout;
       o.stop_token = step->stop.get_token();
       Impl* self = &s;
-      s.session->run_async(local, local_fetches, local_targets, o,
-                           [self, step, id](Result<std::vector<Tensor>> r, RunMetadata*) {
-                             if (r.is_ok()) {
-                               const std::lock_guard held(step->mu);
-                               step->fetched = std::move(*r);
-                             }
-                             self->report(step, id, 0, r.is_ok() ? Status::ok() : r.status());
-                           });
+      RunDone done = [self, step, id](Result<std::vector<Tensor>> r, RunMetadata*) {
+        if (r.is_ok()) {
+          const std::lock_guard held(step->mu);
+          step->fetched = std::move(*r);
+        }
+        self->report(step, id, 0, r.is_ok() ? Status::ok() : r.status());
+      };
+      std::vector<Tensor> local_values{Tensor(static_cast<int64_t>(id))};
+      for (std::size_t k = 0; k < values.size(); ++k) {
+        if (sig->feed_rank[k] == 0) local_values.push_back(values[k]);
+      }
+      if (local_callable != nullptr) {
+        local_callable->run_async(std::move(local_values), o, std::move(done));
+      } else {
+        FeedList local;
+        local.reserve(local_values.size());
+        local.push_back(Feed{s.partition->step_name(), std::move(local_values[0])});
+        std::size_t next = 1;
+        for (std::size_t k = 0; k < values.size(); ++k) {
+          if (sig->feed_rank[k] == 0) {
+            local.push_back(Feed{sig->feed_name[k], std::move(local_values[next++])});
+          }
+        }
+        std::vector<TensorRef> local_fetches(sig->local_fetches.begin(), sig->local_fetches.end());
+        std::vector<TargetRef> local_targets(sig->local_targets.begin(), sig->local_targets.end());
+        s.session->run_async(local, local_fetches, local_targets, o, std::move(done));
+      }
     }
   }
   // A stop of the caller's token ends the step on every rank.
@@ -588,6 +624,78 @@ Result<std::vector<Tensor>> DistributedSession::run(const FeedList& feeds,
   if (!first.is_ok()) return first;
   // Fetches in the caller's order (rank 0's part fetched them all).
   return fetched;
+}
+
+// ------------------------------------------------------ callables (driver)
+
+struct DistributedSession::Callable::State {
+  std::shared_ptr<DistributedSession::Impl> impl;
+  std::shared_ptr<const Signature> sig;
+  std::optional<graphrun::Callable> local;  // rank 0's part, when it has one
+  std::size_t num_fetches = 0;
+};
+
+DistributedSession::Callable::Callable() = default;
+DistributedSession::Callable::Callable(Callable&&) noexcept = default;
+DistributedSession::Callable& DistributedSession::Callable::operator=(Callable&&) noexcept =
+    default;
+DistributedSession::Callable::~Callable() = default;
+
+std::size_t DistributedSession::Callable::num_feeds() const {
+  return state_ == nullptr ? 0 : state_->sig->feed_rank.size();
+}
+
+std::size_t DistributedSession::Callable::num_fetches() const {
+  return state_ == nullptr ? 0 : state_->num_fetches;
+}
+
+Status DistributedSession::Callable::run(std::span<const Tensor> feeds, std::span<Tensor> fetches,
+                                         const RunOptions& options) const {
+  if (state_ == nullptr) return failed_precondition("the Callable is empty (moved from)");
+  if (feeds.size() != num_feeds()) {
+    return invalid_argument("the Callable takes {} feeds, got {}", num_feeds(), feeds.size());
+  }
+  if (fetches.size() != num_fetches()) {
+    return invalid_argument("the Callable makes {} fetches, got {} slots", num_fetches(),
+                            fetches.size());
+  }
+  const State& st = *state_;
+  GRAPHRUN_ASSIGN_OR_RETURN(std::vector<Tensor> out,
+                            st.impl->execute(st.sig, nullptr, nullptr, nullptr, feeds,
+                                             st.local.has_value() ? &*st.local : nullptr, options));
+  std::move(out.begin(), out.end(), fetches.begin());
+  return Status::ok();
+}
+
+Result<DistributedSession::Callable> DistributedSession::make_callable(
+    const std::vector<TensorRef>& feeds, const std::vector<TensorRef>& fetches,
+    const std::vector<TargetRef>& targets) {
+  Impl& s = *impl_;
+  auto st = std::make_shared<Callable::State>();
+  st->impl = impl_;
+  st->num_fetches = fetches.size();
+  FeedList named;
+  for (const TensorRef& f : feeds) named.push_back(Feed{f, Tensor()});
+  {
+    const std::lock_guard lock(s.mu);
+    if (s.closed) return cancelled("Session has been closed.");
+    GRAPHRUN_ASSIGN_OR_RETURN(st->sig, s.plan(named, fetches, targets));
+  }
+  const Signature& sig = *st->sig;
+  if (sig.local) {
+    std::vector<TensorRef> local_feeds{TensorRef(s.partition->step_name())};
+    for (std::size_t k = 0; k < sig.feed_rank.size(); ++k) {
+      if (sig.feed_rank[k] == 0) local_feeds.emplace_back(sig.feed_name[k]);
+    }
+    std::vector<TensorRef> local_fetches(sig.local_fetches.begin(), sig.local_fetches.end());
+    std::vector<TargetRef> local_targets(sig.local_targets.begin(), sig.local_targets.end());
+    GRAPHRUN_ASSIGN_OR_RETURN(graphrun::Callable local,
+                              s.session->make_callable(local_feeds, local_fetches, local_targets));
+    st->local.emplace(std::move(local));
+  }
+  Callable c;
+  c.state_ = std::move(st);
+  return c;
 }
 
 // ------------------------------------------------- partial runs (driver)

@@ -24,8 +24,10 @@
 #include <graphrun/status.h>
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -150,6 +152,48 @@ class DistributedSession {
   Result<std::vector<Tensor>> run(const FeedList& feeds, const std::vector<TensorRef>& fetches,
                                   const std::vector<TargetRef>& targets = {},
                                   const RunOptions& options = {});
+  /// A prepared signature across the ranks (make_callable): positional
+  /// feeds and fetches, planned once; rank 0's part runs through a
+  /// Callable of its own session. Movable.
+  ///
+  /// Thread safety: run() may be called from many threads at once.
+  /// Ownership: shares the session's state; after close() runs are
+  /// Cancelled.
+  class Callable {
+   public:
+    /// An empty Callable (run() is FailedPrecondition).
+    Callable();
+    ///@{
+    /// Moving leaves the source empty.
+    Callable(Callable&&) noexcept;
+    Callable& operator=(Callable&&) noexcept;
+    ///@}
+    ~Callable();
+    /// One step: `feeds` in the order given to make_callable, `fetches`
+    /// with one slot per declared fetch (InvalidArgument otherwise);
+    /// errors as DistributedSession::run.
+    Status run(std::span<const Tensor> feeds, std::span<Tensor> fetches,
+               const RunOptions& options = {}) const;
+    /// The number of declared feeds.
+    std::size_t num_feeds() const;
+    /// The number of declared fetches.
+    std::size_t num_fetches() const;
+    /// False for a default-constructed or moved-from Callable.
+    bool is_valid() const { return state_ != nullptr; }
+    /// The prepared signature (internal).
+    struct State;
+
+   private:
+    friend class DistributedSession;
+    std::shared_ptr<const State> state_;
+  };
+
+  /// Session::make_callable across the ranks: resolves and plans the
+  /// signature once (unknown names are NotFound here, not at run()).
+  Result<Callable> make_callable(const std::vector<TensorRef>& feeds,
+                                 const std::vector<TensorRef>& fetches,
+                                 const std::vector<TargetRef>& targets = {});
+
   /// A partial run spanning ranks (partial_run_setup); destroying or
   /// assigning over it cancels the run. Movable.
   ///
