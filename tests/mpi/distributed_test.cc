@@ -174,6 +174,79 @@ TEST_F(DistributedTest, ACallableRunsTheSignatureAcrossRanks) {
   });
 }
 
+// A worker without the graph (serve_without_graph) gets its part from the
+// driver as a GraphDef: one process's results for run, a far fetch (a
+// fetch edge added to the adopted part), a partial run, and a far
+// variable updated once per step.
+TEST_F(DistributedTest, AWorkerWithoutTheGraphGetsItsPartFromTheDriver) {
+  TwoStage t;
+  Output counter, bump, runs;
+  {
+    auto scope = t.g.device(far());
+    counter = ops::Variable(t.g, Tensor(int64_t{0}), "runs_var");
+    bump = ops::AssignAdd(t.g, counter, ops::Const(t.g, Tensor(int64_t{1})), {}, "bump");
+  }
+  runs = ops::Identity(t.g, ops::ReadVariable(t.g, counter), "runs");  // placed with the variable
+  const Node* init = ops::GlobalVariablesInitializer(t.g);
+  ASSERT_THAT(t.g.status(), IsOk());
+  if (rank() != 0) {
+    EXPECT_THAT(mpi::serve_without_graph(threads(2)), IsOk());
+    return;
+  }
+  auto s = mpi::DistributedSession::create(t.g, threads(2));
+  ASSERT_THAT(s, IsOk());
+  auto local = Session::create(t.g).value();
+  const Tensor x = Tensor::matrix<float>({{1, -1}, {0.5f, 2}});
+  auto want = local->run({{t.x, x}}, {t.sum, t.scaled}).value();
+  ASSERT_THAT((*s)->run({}, {}, {init}, bounded()), IsOk());
+  auto got = (*s)->run({{t.x, x}}, {t.sum, t.scaled}, {bump.node()}, bounded());
+  ASSERT_THAT(got, IsOk());
+  EXPECT_TRUE((*got)[0].equals(want[0]));
+  EXPECT_TRUE((*got)[1].equals(want[1]));
+  auto run = (*s)->partial_run_setup({t.scaled, t.sum}, {t.x}, {bump.node()}, bounded());
+  ASSERT_THAT(run, IsOk());
+  auto first = (*s)->partial_run(*run, {{t.x, x}}, {t.scaled}, {}, bounded());
+  ASSERT_THAT(first, IsOk());
+  EXPECT_TRUE((*first)[0].equals(want[1]));
+  auto second = (*s)->partial_run(*run, {}, {t.sum}, {bump.node()}, bounded());
+  ASSERT_THAT(second, IsOk());
+  EXPECT_TRUE((*second)[0].equals(want[0]));
+  auto total = (*s)->run({}, {runs}, {}, bounded());
+  ASSERT_THAT(total, IsOk());
+  EXPECT_EQ((*total)[0].scalar<int64_t>(), 2);  // once per step, once per partial run
+  EXPECT_THAT((*s)->close(), IsOk());
+}
+
+// A Call node's kernel is code of the driver's program: a part holding one
+// cannot be sent, and create() fails naming the node and the rank; that
+// worker's serve_without_graph() returns Aborted.
+TEST_F(DistributedTest, ACallNodeCannotBeSentToAWorkerWithoutTheGraph) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  {
+    auto scope = g.device(far());
+    static_cast<void>(checked(g, x));
+  }
+  ASSERT_THAT(g.status(), IsOk());
+  if (rank() != 0) {
+    const Status s = mpi::serve_without_graph();
+    if (rank() == size() - 1) {
+      EXPECT_THAT(s, StatusIs(StatusCode::kAborted, "create failed"));
+    } else {  // an empty part: taken, or the close came first
+      EXPECT_TRUE(s.is_ok() || s.code() == StatusCode::kAborted) << s.to_string();
+    }
+    return;
+  }
+  auto s = mpi::DistributedSession::create(g);
+  if (size() == 1) {  // everything on rank 0: nothing to send
+    EXPECT_THAT(s, IsOk());
+    return;
+  }
+  EXPECT_THAT(s, StatusIs(StatusCode::kInvalidArgument, "'check'"));
+  EXPECT_THAT(s,
+              StatusIs(StatusCode::kInvalidArgument, "rank " + std::to_string(size() - 1) + ":"));
+}
+
 // A variable on the far rank, updated from many threads of the driver at
 // once, read from rank 0 through another signature: no update is lost.
 TEST_F(DistributedTest, ConcurrentUpdatesOfAFarVariableAreNeverLost) {

@@ -34,6 +34,10 @@
 // path; the header is self-contained (public API and fmt only).
 #include "../graphrun/build_info.h"
 
+#ifdef GRAPHRUN_SERVER_MPI
+#include <graphrun/mpi.h>
+#endif
+
 namespace {
 
 using graphrun::invalid_argument;
@@ -93,6 +97,40 @@ int usage_error(std::string_view message) {
 }
 
 }  // namespace
+
+// --mpi-worker: a worker rank of an MPI job (launched by mpirun next to the
+// driver's program on rank 0), which sends this rank its part of the graph.
+int run_mpi_worker(int argc, char** argv, int threads) {
+#ifdef GRAPHRUN_SERVER_MPI
+  auto world = graphrun::mpi::World::init(&argc, &argv);
+  if (!world.is_ok()) {
+    fmt::print(stderr, "graphrun-server: --mpi-worker: {}\n", one_line(world.status().to_string()));
+    return 1;
+  }
+  if ((*world)->rank() == 0) {
+    fmt::print(stderr,
+               "graphrun-server: --mpi-worker runs on ranks 1..n-1; rank 0 is the driver's "
+               "program (mpirun -np 1 <driver> : -np N graphrun-server --mpi-worker)\n");
+    return 2;
+  }
+  graphrun::SessionOptions options;
+  options.inter_op_threads = threads;
+  const graphrun::Status s = graphrun::mpi::serve_without_graph(std::move(options));
+  if (!s.is_ok()) {
+    fmt::print(stderr, "graphrun-server: rank {}: {}\n", (*world)->rank(), one_line(s.to_string()));
+    return 1;
+  }
+  return 0;
+#else
+  static_cast<void>(argc);
+  static_cast<void>(argv);
+  static_cast<void>(threads);
+  fmt::print(stderr,
+             "graphrun-server: --mpi-worker: this graphrun-server was built without the MPI "
+             "component (GRAPHRUN_MPI=OFF, or no MPI found)\n");
+  return 2;
+#endif
+}
 
 int main(int argc, char** argv) {
   graphrun::ServerOptions options;
@@ -201,6 +239,15 @@ int main(int argc, char** argv) {
   app.add_option("--metrics-listen", options.metrics_address,
                  "serve Prometheus metrics at http://HOST:PORT/metrics; loopback only; off by "
                  "default");
+  bool mpi_worker = false;
+  int worker_threads = 0;
+  app.add_flag("--mpi-worker", mpi_worker,
+               "run as a worker rank of an MPI job instead of a gRPC server: the driver on rank 0 "
+               "sends this rank its part of the graph; exits when the driver's session closes");
+  app.add_option("--worker-threads", worker_threads,
+                 "with --mpi-worker: threads of the worker's session (0: one per core)")
+      ->check(CLI::Range(0, graphrun::ThreadPool::max_threads()))
+      ->capture_default_str();
   try {
     app.parse(argc, argv);
   } catch (const CLI::Success& e) {  // --help
@@ -208,6 +255,7 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return usage_error(e.what());
   }
+  if (mpi_worker) return run_mpi_worker(argc, argv, worker_threads);
 
   {
     unsigned mode = 0;

@@ -32,6 +32,8 @@ enum class Kind : uint32_t {
   kPartialSetup,  // driver -> worker: start its part of a partial run
   kPartialCall,   // driver -> worker: the feeds and targets of one partial_run call
   kCallDone,      // worker -> driver: the status of a partial setup or call
+  kNeedPart,      // worker -> driver: its answer to the hello when it has no graph
+  kPart,          // driver -> worker: its part of the graph (step name, seed, GraphDef)
 };
 
 inline constexpr int kToWorker = 1;  // tags on the control communicator

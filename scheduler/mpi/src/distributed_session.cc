@@ -28,6 +28,7 @@
 #include "scheduler/mpi/src/control.h"
 #include "scheduler/mpi/src/engine.h"
 #include "scheduler/mpi/src/partition.h"
+#include "scheduler/mpi/src/ship.h"
 
 namespace graphrun::mpi {
 
@@ -487,6 +488,19 @@ Result<std::unique_ptr<DistributedSession>> DistributedSession::create(const Gra
           "rank {} did not answer within {} ms: every rank but 0 must run graphrun::mpi::serve()",
           *waiting.begin(), cluster.connect_timeout.count()));
       break;
+    }
+    if (m->kind == Kind::kNeedPart) {
+      // A worker without a graph (serve_without_graph): its part is cut
+      // here and sent as a GraphDef; its kReady follows.
+      Result<std::string> part =
+          internal::encode_part(*impl->graph, world->size(), m->source, session_id);
+      if (!part.is_ok()) {
+        failed.update(part.status().with_prefix(fmt::format("rank {}", m->source)));
+        break;
+      }
+      internal::send_message(world->engine(), m->source, internal::kToWorker, Kind::kPart, 0,
+                             std::move(*part));
+      continue;
     }
     if (m->kind != Kind::kReady) continue;
     waiting.erase(m->source);
@@ -1053,8 +1067,9 @@ namespace {
 
 class Worker {
  public:
-  Worker(std::shared_ptr<World> world, const Graph& graph, SessionOptions options)
-      : world_(std::move(world)), graph_(&graph), options_(std::move(options)) {}
+  // `graph` null: the driver sends this rank its part (serve_without_graph).
+  Worker(std::shared_ptr<World> world, const Graph* graph, SessionOptions options)
+      : world_(std::move(world)), graph_(graph), options_(std::move(options)) {}
 
   Status serve() {
     Status setup;  // this rank's cut and session, made at the hello
@@ -1074,6 +1089,18 @@ class Worker {
       switch (m.kind) {
         case Kind::kHello: {
           Status s = hello(m, setup);
+          if (s.is_ok() && graph_ == nullptr) {
+            reply(Kind::kNeedPart, 0, {});  // the driver answers with kPart
+            break;
+          }
+          made = true;
+          reply(Kind::kReady, 0, Writer().status(s).take());
+          if (!s.is_ok()) return s;
+          break;
+        }
+        case Kind::kPart: {
+          Status s = take_part(m);
+          setup = s;
           made = true;
           reply(Kind::kReady, 0, Writer().status(s).take());
           if (!s.is_ok()) return s;
@@ -1099,7 +1126,12 @@ class Worker {
           reply(Kind::kClosed, 0, {});
           // Closed before a hello: the driver failed to set up, and so
           // would this rank (the same placement), which is returned.
-          if (!made) setup = make(0);
+          if (!made && graph_ != nullptr) setup = make(0);
+          if (!made && graph_ == nullptr) {
+            setup = aborted(
+                "the driver closed before this rank got its part of the graph: its "
+                "DistributedSession::create failed");
+          }
           return setup;
         }
         default: break;
@@ -1143,6 +1175,8 @@ class Worker {
     if (size != static_cast<uint64_t>(world_->size())) {
       return failed_precondition("the driver sees {} ranks, this rank {}", size, world_->size());
     }
+    session_id_ = session;
+    if (graph_ == nullptr) return Status::ok();  // the part comes in a kPart
     if (print != Partition::fingerprint(*graph_)) {
       return failed_precondition(
           "this rank's graph ({} nodes) is not the driver's: every rank must build the same "
@@ -1151,6 +1185,15 @@ class Worker {
     }
     setup = make(session);
     return setup;
+  }
+
+  // Adopts the part the driver cut for this rank (a worker without a
+  // graph) and makes its session.
+  Status take_part(const Message& m) {
+    GRAPHRUN_ASSIGN_OR_RETURN(partition_,
+                              internal::decode_part(m.payload, world_->rank(), session_id_));
+    GRAPHRUN_ASSIGN_OR_RETURN(session_, Session::create(partition_->local(), options_));
+    return Status::ok();
   }
 
   void reply(Kind kind, uint64_t step, std::string payload) {
@@ -1400,6 +1443,7 @@ class Worker {
   const Graph* graph_;
   SessionOptions options_;
   std::unique_ptr<Partition> partition_;
+  int64_t session_id_ = 0;  // the driver's nonce, from its hello
   std::unique_ptr<Session> session_;
   Inbox inbox_;
   std::mutex mu_;
@@ -1410,17 +1454,30 @@ class Worker {
 
 }  // namespace
 
-Status serve(const Graph& graph, SessionOptions options) {
+namespace {
+
+Status serve_on(const Graph* graph, SessionOptions options, std::string_view what) {
   std::shared_ptr<World> world = World::current();
   if (world == nullptr) {
-    return failed_precondition("graphrun::mpi::serve() needs graphrun::mpi::World::init() first");
+    return failed_precondition("graphrun::mpi::{}() needs graphrun::mpi::World::init() first",
+                               what);
   }
   if (world->rank() == 0) {
     return failed_precondition(
-        "graphrun::mpi::serve() runs on ranks 1..n-1; rank 0 makes the DistributedSession");
+        "graphrun::mpi::{}() runs on ranks 1..n-1; rank 0 makes the DistributedSession", what);
   }
   Worker worker(world, graph, std::move(options));
   return worker.serve();
+}
+
+}  // namespace
+
+Status serve(const Graph& graph, SessionOptions options) {
+  return serve_on(&graph, std::move(options), "serve");
+}
+
+Status serve_without_graph(SessionOptions options) {
+  return serve_on(nullptr, std::move(options), "serve_without_graph");
 }
 
 }  // namespace graphrun::mpi

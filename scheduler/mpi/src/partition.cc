@@ -19,8 +19,33 @@ const std::string kNone;
 Result<std::unique_ptr<Partition>> Partition::make(const Graph& global, int num_ranks, int rank,
                                                    int64_t session) {
   GRAPHRUN_RETURN_IF_ERROR(global.status());
-  std::unique_ptr<Partition> p(new Partition(global, rank, session));
+  std::unique_ptr<Partition> p(new Partition(&global, rank, session));
   GRAPHRUN_RETURN_IF_ERROR(p->build(num_ranks));
+  return p;
+}
+
+Result<std::unique_ptr<Partition>> Partition::adopt(Graph local, int rank, int64_t session,
+                                                    const std::string& step_name) {
+  GRAPHRUN_RETURN_IF_ERROR(local.status());
+  std::unique_ptr<Partition> p(new Partition(nullptr, rank, session));
+  p->local_ = std::move(local);
+  GRAPHRUN_ASSIGN_OR_RETURN(p->step_, p->local_.find_output(step_name));
+  p->step_name_ = p->step_.node()->name();
+  for (int id = 0; id < p->local_.num_nodes(); ++id) {
+    const Node& n = *p->local_.node(id);
+    const bool send = n.op() == "MpiPartitionSend";
+    if (!send && n.op() != "MpiPartitionRecv") continue;
+    GRAPHRUN_ASSIGN_OR_RETURN(int64_t edge, n.attr<int64_t>("edge"));
+    if (edge < 0 || edge >= kMaxEdges) {
+      return invalid_argument("{}: edge {} is out of range", n.describe(), edge);
+    }
+    if (send) {
+      p->sends_[static_cast<int>(edge)] = n.name();
+    } else {
+      p->recvs_[static_cast<int>(edge)] = n.output(0).name();
+    }
+    p->next_edge_ = std::max(p->next_edge_, static_cast<int>(edge) + 1);
+  }
   return p;
 }
 
@@ -40,7 +65,11 @@ uint64_t Partition::fingerprint(const Graph& g) {
 
 std::string Partition::fresh_name(const std::string& base) const {
   std::string name = base;
-  for (int k = 1; global_->find_node(name) != nullptr || local_.find_node(name) != nullptr; ++k) {
+  auto taken = [&](const std::string& n) {
+    return (global_ != nullptr && global_->find_node(n) != nullptr) ||
+           local_.find_node(n) != nullptr;
+  };
+  for (int k = 1; taken(name); ++k) {
     name = fmt::format("{}_{}", base, k);
   }
   return name;
@@ -58,7 +87,7 @@ const std::string& Partition::recv_name(int id) const {
 
 Status Partition::add_send(const CrossEdge& e, Output x) {
   NodeSpec spec{.op = "MpiPartitionSend",
-                .name = fresh_name(fmt::format("_mpi/send_{}", e.id)),
+                .name = fresh_name(fmt::format("mpi_partition/send_{}", e.id)),
                 .inputs = {x, step_},
                 .attrs = {{"edge", int64_t{e.id}}, {"session", session_}, {"dest", int64_t{e.to}}}};
   if (e.output < 0) spec.control_inputs.push_back(local_of_[static_cast<std::size_t>(e.node)]);
@@ -69,14 +98,15 @@ Status Partition::add_send(const CrossEdge& e, Output x) {
 
 Status Partition::add_recv(const CrossEdge& e, DType dtype, const Shape& shape) {
   GRAPHRUN_ASSIGN_OR_RETURN(
-      Node * recv, local_.add_node(NodeSpec{.op = "MpiPartitionRecv",
-                                            .name = fresh_name(fmt::format("_mpi/recv_{}", e.id)),
-                                            .inputs = {step_},
-                                            .attrs = {{"T", dtype},
-                                                      {"edge", int64_t{e.id}},
-                                                      {"session", session_},
-                                                      {"source", int64_t{e.from}},
-                                                      {"shape", shape}}}));
+      Node * recv,
+      local_.add_node(NodeSpec{.op = "MpiPartitionRecv",
+                               .name = fresh_name(fmt::format("mpi_partition/recv_{}", e.id)),
+                               .inputs = {step_},
+                               .attrs = {{"T", dtype},
+                                         {"edge", int64_t{e.id}},
+                                         {"session", session_},
+                                         {"source", int64_t{e.from}},
+                                         {"shape", shape}}}));
   recvs_[e.id] = recv->output(0).name();
   return Status::ok();
 }
@@ -90,7 +120,7 @@ Status Partition::build(int num_ranks) {
         "the graph's op registry lacks MpiPartitionSend and MpiPartitionRecv: call "
         "graphrun::mpi::register_ops() on it");
   }
-  step_ = ops::Placeholder(local_, DType::kInt64, Shape{}, fresh_name("_mpi/step"));
+  step_ = ops::Placeholder(local_, DType::kInt64, Shape{}, fresh_name("mpi_partition/step"));
   GRAPHRUN_RETURN_IF_ERROR(local_.status());
   step_name_ = step_.node()->name();
 
@@ -207,6 +237,17 @@ Status Partition::add_fetch_edge(int id, const std::string& tensor, int from, in
     return unimplemented("more than {} cross-rank edges (static and fetched)", kMaxEdges - 1);
   }
   next_edge_ = std::max(next_edge_, id + 1);
+  if (global_ == nullptr) {
+    // An adopted part: its own nodes keep their global names; a fetch
+    // edge always leaves a worker for rank 0.
+    if (from != rank_ || to == rank_) {
+      return internal_error("fetch edge {} from rank {} to rank {} on adopted rank {}", id, from,
+                            to, rank_);
+    }
+    GRAPHRUN_ASSIGN_OR_RETURN(Output out, local_.find_output(tensor));
+    return add_send(CrossEdge{.id = id, .from = from, .to = to, .node = -1, .output = out.index()},
+                    out);
+  }
   GRAPHRUN_ASSIGN_OR_RETURN(Output global_out, global_->find_output(tensor));
   CrossEdge e{.id = id,
               .from = from,

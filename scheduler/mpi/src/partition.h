@@ -41,7 +41,14 @@ class Partition {
   static Result<std::unique_ptr<Partition>> make(const Graph& global, int num_ranks, int rank,
                                                  int64_t session);
 
-  const Graph& global() const { return *global_; }
+  // A part cut elsewhere (by the driver, for a worker that has no graph
+  // of its own): `local` as Partition::make built it for `rank`, whose
+  // step placeholder is `step_name`. Its Sends and Recvs are found by op
+  // and edge attribute; rank_of(), ranks() and edges() are empty, and
+  // add_fetch_edge only adds Sends of its own tensors.
+  static Result<std::unique_ptr<Partition>> adopt(Graph local, int rank, int64_t session,
+                                                  const std::string& step_name);
+
   // This rank's graph; grows with add_fetch_edge.
   const Graph& local() const { return local_; }
   int rank() const { return rank_; }
@@ -67,14 +74,14 @@ class Partition {
   static uint64_t fingerprint(const Graph& g);
 
  private:
-  Partition(const Graph& global, int rank, int64_t session)
-      : global_(&global), rank_(rank), session_(session) {}
+  Partition(const Graph* global, int rank, int64_t session)
+      : global_(global), rank_(rank), session_(session) {}
   Status build(int num_ranks);
   Status add_send(const CrossEdge& e, Output x);
   Status add_recv(const CrossEdge& e, DType dtype, const Shape& shape);
   std::string fresh_name(const std::string& base) const;
 
-  const Graph* global_;
+  const Graph* global_;  // null for an adopted part
   int rank_;
   int64_t session_;
   Graph local_;

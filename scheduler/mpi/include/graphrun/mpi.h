@@ -264,6 +264,14 @@ class DistributedSession {
 /// World, rank 0, or a graph different from the driver's.
 Status serve(const Graph& graph, SessionOptions options = {});
 
+/// serve() for a rank that has no graph of its own (`graphrun-server
+/// --mpi-worker`): the driver cuts this rank's part and sends it as a
+/// GraphDef at create(). Its nodes must be ops of OpRegistry::global() (a
+/// Call node placed here fails the driver's create() with InvalidArgument
+/// naming it: its kernel is code of the driver's program). Returns OK when
+/// the driver closes, Aborted when the driver's create() failed first.
+Status serve_without_graph(SessionOptions options = {});
+
 }  // namespace graphrun::mpi
 
 namespace graphrun::ops {

@@ -1,0 +1,20 @@
+// ship.h without graphrun::graphdef (GRAPHRUN_GRAPHDEF=OFF): a worker
+// without a graph cannot get its part.
+#include "scheduler/mpi/src/ship.h"
+
+namespace graphrun::mpi::internal {
+
+Result<std::string> encode_part(const Graph&, int, int rank, int64_t) {
+  return unimplemented(
+      "rank {} has no graph of its own and this graphrun was built without GraphDef support "
+      "(GRAPHRUN_GRAPHDEF=OFF) to send it its part",
+      rank);
+}
+
+Result<std::unique_ptr<Partition>> decode_part(std::string_view, int, int64_t) {
+  return unimplemented(
+      "this graphrun was built without GraphDef support (GRAPHRUN_GRAPHDEF=OFF): a worker "
+      "without a graph cannot take its part from the driver");
+}
+
+}  // namespace graphrun::mpi::internal
