@@ -9,8 +9,12 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include <atomic>
 #include <chrono>
+#include <csignal>
 #include <functional>
 #include <string>
 #include <thread>
@@ -55,12 +59,12 @@ Output checked(Graph& g, Output x) {
 
 // Rank 0 drives `g` with `drive`; the other ranks serve it until it closes.
 void across_ranks(const Graph& g, const std::function<void(mpi::DistributedSession&)>& drive,
-                  SessionOptions options = threads(2)) {
+                  SessionOptions options = threads(2), mpi::ClusterOptions cluster = {}) {
   if (rank() != 0) {
     EXPECT_THAT(mpi::serve(g, options), IsOk());
     return;
   }
-  auto session = mpi::DistributedSession::create(g, options);
+  auto session = mpi::DistributedSession::create(g, options, cluster);
   ASSERT_THAT(session, IsOk());
   drive(**session);
   EXPECT_THAT((*session)->close(), IsOk());
@@ -423,6 +427,82 @@ TEST_F(DistributedTest, ARankThatDoesNotAnswerIsUnavailableAfterTheDeadline) {
     auto ok = s.run({{x, Tensor(0.0f)}}, {z}, {}, bounded());
     EXPECT_THAT(ok, IsOk());
   });
+}
+
+// A worker process stopped (SIGSTOP) in the middle of a call without a
+// deadline: the heartbeat finds it silent, and the call fails with
+// Unavailable naming its rank instead of waiting for ever. Once it
+// continues (SIGCONT) it answers again and later steps run.
+TEST_F(DistributedTest, AStoppedWorkerFailsCallsWithoutADeadlineSkippedOnOneRank) {
+  if (size() == 1) GTEST_SKIP() << "needs a worker rank";
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  Output pid, stops;
+  {
+    auto scope = g.device(far());
+    pid = ops::Call(
+        g, {}, {DType::kInt64},
+        [](OpKernelContext& ctx) -> Status {
+          return ctx.set_output(0, Tensor(static_cast<int64_t>(::getpid())));
+        },
+        {}, "pid")[0];
+    stops = ops::Call(
+        g, {x}, {DType::kFloat32},
+        [](OpKernelContext& ctx) -> Status {
+          if (ctx.input(0).scalar<float>() > 0) std::raise(SIGSTOP);
+          return ctx.set_output(0, ctx.input(0));
+        },
+        {}, "stops")[0];
+  }
+  auto back = g.device("/rank:0");
+  Output z = ops::Add(g, stops, x, "z");
+  ASSERT_THAT(g.status(), IsOk());
+  mpi::ClusterOptions cluster;
+  cluster.heartbeat_interval = 100ms;
+  cluster.heartbeat_timeout = 1500ms;
+  across_ranks(
+      g,
+      [&](mpi::DistributedSession& s) {
+        auto who = s.run({}, {pid}, {}, bounded());
+        ASSERT_THAT(who, IsOk());
+        const auto worker = static_cast<pid_t>((*who)[0].scalar<int64_t>());
+        const std::string silent = "rank " + std::to_string(size() - 1) + ": sent nothing";
+        // No deadline: only the heartbeat ends the call.
+        auto r = s.run({{x, Tensor(1.0f)}}, {z});
+        EXPECT_THAT(r, StatusIs(StatusCode::kUnavailable, silent));
+        // The rank is still stopped: a partial run's setup fails the same way.
+        auto p = s.partial_run_setup({z}, {x});
+        EXPECT_THAT(p, StatusIs(StatusCode::kUnavailable, silent));
+        ASSERT_EQ(::kill(worker, SIGCONT), 0);
+        // It answers again within a heartbeat or two.
+        Result<std::vector<Tensor>> ok = unavailable("not run");
+        for (int attempt = 0; attempt < 100 && !ok.is_ok(); ++attempt) {
+          ok = s.run({{x, Tensor(0.0f)}}, {z}, {}, bounded());
+          if (!ok.is_ok()) {
+            EXPECT_THAT(ok, StatusIs(StatusCode::kUnavailable, silent));
+            std::this_thread::sleep_for(100ms);
+          }
+        }
+        ASSERT_THAT(ok, IsOk());
+        EXPECT_EQ((*ok)[0].scalar<float>(), 0.0f);
+      },
+      threads(2), cluster);
+}
+
+// A heartbeat that could never be answered in time is refused.
+TEST_F(DistributedTest, AHeartbeatTimeoutShorterThanItsIntervalIsRefused) {
+  Graph g;
+  ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  if (rank() != 0) {
+    // The driver's create() fails before its hello: serve() is closed.
+    EXPECT_THAT(mpi::serve(g), IsOk());
+    return;
+  }
+  mpi::ClusterOptions cluster;
+  cluster.heartbeat_interval = 1000ms;
+  cluster.heartbeat_timeout = 500ms;
+  EXPECT_THAT(mpi::DistributedSession::create(g, {}, cluster),
+              StatusIs(StatusCode::kInvalidArgument, "heartbeat_timeout (500 ms)"));
 }
 
 // Ranks that built different graphs never run a step.

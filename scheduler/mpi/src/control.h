@@ -34,6 +34,8 @@ enum class Kind : uint32_t {
   kCallDone,      // worker -> driver: the status of a partial setup or call
   kNeedPart,      // worker -> driver: its answer to the hello when it has no graph
   kPart,          // driver -> worker: its part of the graph (step name, seed, GraphDef)
+  kPing,          // driver -> worker: the heartbeat
+  kPong,          // worker -> driver: its answer, sent from the worker's progress thread
 };
 
 inline constexpr int kToWorker = 1;  // tags on the control communicator

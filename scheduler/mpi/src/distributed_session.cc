@@ -21,6 +21,7 @@
 #include <span>
 #include <stop_token>
 #include <string>
+#include <thread>
 #include <unordered_map>
 #include <utility>
 #include <vector>
@@ -170,7 +171,27 @@ struct DistributedSession::Impl {
   Inbox control;  // kReady, kClosed
   std::vector<std::unique_ptr<internal::Listener>> listeners;
 
+  // The heartbeat (ClusterOptions::heartbeat_interval): when each rank was
+  // last heard from, and the thread that pings the workers and fails the
+  // steps of a silent one (lost()).
+  std::mutex heard_mu;
+  std::vector<std::chrono::steady_clock::time_point> last_heard;  // by rank; guarded by heard_mu
+  std::mutex beat_mu;
+  std::condition_variable beat_cv;
+  bool beat_stop = false;  // guarded by beat_mu
+  std::thread beat;
+
+  // close() stopped the heartbeat; this is for a create() cut short.
+  ~Impl() {
+    if (beat.joinable()) stop_heartbeat();
+  }
+
   void deliver(Message m);
+  void heartbeat();
+  void stop_heartbeat();
+  // `rank` sent nothing for heartbeat_timeout: its parts of the steps and
+  // partial runs in flight fail with Unavailable.
+  void lost(int rank);
   // Part `rank` of step `id` ended with `s` (rank -1: no part, the
   // caller's stop). The first error ends the step on every rank.
   void report(const std::shared_ptr<Step>& step, uint64_t id, int rank, Status s);
@@ -252,6 +273,11 @@ void DistributedSession::PartialRun::State::fail(int rank, Status s) {
 }
 
 void DistributedSession::Impl::deliver(Message m) {
+  {
+    const std::lock_guard lock(heard_mu);
+    last_heard[static_cast<std::size_t>(m.source)] = std::chrono::steady_clock::now();
+  }
+  if (m.kind == Kind::kPong) return;
   if (m.kind != Kind::kDone && m.kind != Kind::kCallDone) {
     control.push(std::move(m));
     return;
@@ -303,6 +329,80 @@ void DistributedSession::Impl::report(const std::shared_ptr<Step>& step, uint64_
     for (int w : others) {
       internal::send_message(world->engine(), w, internal::kToWorker, Kind::kAbort, id, {});
     }
+  }
+}
+
+void DistributedSession::Impl::heartbeat() {
+  std::unique_lock lock(beat_mu);
+  while (!beat_cv.wait_for(lock, cluster.heartbeat_interval, [&] { return beat_stop; })) {
+    lock.unlock();
+    const auto now = std::chrono::steady_clock::now();
+    std::vector<int> silent;
+    {
+      const std::lock_guard held(heard_mu);
+      for (int r = 1; r < world->size(); ++r) {
+        if (now - last_heard[static_cast<std::size_t>(r)] > cluster.heartbeat_timeout) {
+          silent.push_back(r);
+        }
+      }
+    }
+    for (int r = 1; r < world->size(); ++r) {
+      internal::send_message(world->engine(), r, internal::kToWorker, Kind::kPing, 0, {});
+    }
+    for (int r : silent) lost(r);
+    lock.lock();
+  }
+}
+
+void DistributedSession::Impl::stop_heartbeat() {
+  {
+    const std::lock_guard lock(beat_mu);
+    beat_stop = true;
+  }
+  beat_cv.notify_all();
+  if (beat.joinable()) beat.join();
+}
+
+void DistributedSession::Impl::lost(int rank) {
+  std::vector<std::pair<uint64_t, std::shared_ptr<Step>>> hit;
+  std::vector<std::shared_ptr<PartialRun::State>> hit_partials;
+  auto has = [rank](const std::vector<int>& ranks) {
+    return std::find(ranks.begin(), ranks.end(), rank) != ranks.end();
+  };
+  {
+    const std::lock_guard lock(steps_mu);
+    for (const auto& [id, step] : steps) {
+      if (has(step->workers)) hit.emplace_back(id, step);
+    }
+    for (const auto& [id, weak] : partials) {
+      std::shared_ptr<PartialRun::State> p = weak.lock();
+      if (p != nullptr && has(p->workers)) hit_partials.push_back(std::move(p));
+    }
+  }
+  // Once per part: a step that heard from the rank, a partial run that
+  // ended (its fail() told every rank) are left alone.
+  std::erase_if(hit, [rank](const auto& h) {
+    const std::lock_guard lock(h.second->mu);
+    return h.second->reported.count(rank) != 0;
+  });
+  std::erase_if(hit_partials, [](const auto& p) {
+    const std::lock_guard lock(p->mu);
+    return p->ended;
+  });
+  if (hit.empty() && hit_partials.empty()) return;
+  const Status s = unavailable(
+      "sent nothing for {} ms, not even an answer to the driver's heartbeat "
+      "(ClusterOptions::heartbeat_timeout): its process is stopped or lost",
+      cluster.heartbeat_timeout.count());
+  // The others are told to stop by report() and fail(); the silent rank
+  // too, for when it answers again: its part has not ended.
+  for (const auto& [id, step] : hit) {
+    report(step, id, rank, s);
+    internal::send_message(world->engine(), rank, internal::kToWorker, Kind::kAbort, id, {});
+  }
+  for (const auto& p : hit_partials) {
+    p->replied(rank, s);
+    internal::send_message(world->engine(), rank, internal::kToWorker, Kind::kAbort, p->id, {});
   }
 }
 
@@ -443,6 +543,8 @@ Result<std::unique_ptr<DistributedSession>> DistributedSession::create(const Gra
   impl->world = world;
   impl->cluster = cluster;
   impl->graph = std::make_unique<Graph>(graph.clone());
+  impl->last_heard.assign(static_cast<std::size_t>(world->size()),
+                          std::chrono::steady_clock::now());
   Impl* self = impl.get();
   std::vector<int> workers;
   for (int r = 1; r < world->size(); ++r) {
@@ -457,6 +559,12 @@ Result<std::unique_ptr<DistributedSession>> DistributedSession::create(const Gra
   Result<std::unique_ptr<Partition>> partition =
       Partition::make(*impl->graph, world->size(), 0, session_id);
   Status setup = partition.status();
+  const bool beats = cluster.heartbeat_interval.count() > 0;
+  if (setup.is_ok() && beats && cluster.heartbeat_timeout <= cluster.heartbeat_interval) {
+    setup = invalid_argument(
+        "ClusterOptions::heartbeat_timeout ({} ms) must be longer than heartbeat_interval ({} ms)",
+        cluster.heartbeat_timeout.count(), cluster.heartbeat_interval.count());
+  }
   if (setup.is_ok()) {
     impl->partition = std::move(*partition);
     Result<std::unique_ptr<Session>> session =
@@ -520,6 +628,13 @@ Result<std::unique_ptr<DistributedSession>> DistributedSession::create(const Gra
     static_cast<void>(impl->shut_down(notify, ready));
     impl->closed = true;
     return failed;
+  }
+  if (beats && world->size() > 1) {
+    {
+      const std::lock_guard lock(impl->heard_mu);
+      std::fill(impl->last_heard.begin(), impl->last_heard.end(), std::chrono::steady_clock::now());
+    }
+    impl->beat = std::thread([self] { self->heartbeat(); });
   }
   return std::unique_ptr<DistributedSession>(new DistributedSession(std::move(impl)));
 }
@@ -1052,6 +1167,7 @@ Status DistributedSession::close() {
     if (s.closed) return Status::ok();
     s.closed = true;
   }
+  s.stop_heartbeat();
   // Steps in flight end: rank 0's part at once, the workers' at their close.
   Status status = s.session->close();
   std::vector<int> workers;
@@ -1074,8 +1190,15 @@ class Worker {
   Status serve() {
     Status setup;  // this rank's cut and session, made at the hello
     bool made = false;
-    internal::Listener listener(world_->engine(), 0, internal::kToWorker,
-                                [this](Message m) { inbox_.push(std::move(m)); });
+    // The heartbeat is answered here, on the progress thread: whatever
+    // this rank's kernels and its loop below do, a live process answers.
+    internal::Listener listener(world_->engine(), 0, internal::kToWorker, [this](Message m) {
+      if (m.kind == Kind::kPing) {
+        reply(Kind::kPong, 0, {});
+        return;
+      }
+      inbox_.push(std::move(m));
+    });
     for (;;) {
       // Every 10 ms without a message: partial runs that ended by
       // themselves (a kernel error) are reported.

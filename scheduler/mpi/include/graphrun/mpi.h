@@ -106,6 +106,14 @@ struct ClusterOptions {
   std::chrono::milliseconds connect_timeout{60000};
   /// How long close() waits for every worker to confirm it stopped.
   std::chrono::milliseconds close_timeout{30000};
+  /// How often the driver asks every worker for a sign of life (a worker
+  /// answers on its MPI progress thread, whatever its kernels do); zero
+  /// turns the heartbeat off.
+  std::chrono::milliseconds heartbeat_interval{1000};
+  /// A worker that has sent nothing for this long is lost: every step and
+  /// partial run with a part on it fails with Unavailable naming the rank,
+  /// with or without a deadline. It counts again once it answers.
+  std::chrono::milliseconds heartbeat_timeout{10000};
 };
 
 /// One graph across the ranks of the World, driven from rank 0 (TF1's
