@@ -168,9 +168,6 @@ struct DistributedSession::Impl {
   std::unordered_map<uint64_t, std::shared_ptr<Step>> steps;
   std::unordered_map<uint64_t, std::weak_ptr<PartialRun::State>> partials;
 
-  Inbox control;  // kReady, kClosed
-  std::vector<std::unique_ptr<internal::Listener>> listeners;
-
   // The heartbeat (ClusterOptions::heartbeat_interval): when each rank was
   // last heard from, and the thread that pings the workers and fails the
   // steps of a silent one (lost()).
@@ -180,6 +177,9 @@ struct DistributedSession::Impl {
   std::condition_variable beat_cv;
   bool beat_stop = false;  // guarded by beat_mu
   std::thread beat;
+
+  Inbox control;                                               // kReady, kClosed
+  std::vector<std::unique_ptr<internal::Listener>> listeners;  // last: destroyed first
 
   // close() stopped the heartbeat; this is for a create() cut short.
   ~Impl() {
