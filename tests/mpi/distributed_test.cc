@@ -705,10 +705,18 @@ TEST_F(DistributedTest, PartialRunsEndEverywhereWhenCancelledDroppedOrFailed) {
     }  // destroyed half-way
     {
       auto run = s.partial_run_setup({y}, {x, z}, {}, bounded()).value();
-      // The far kernel fails after this call returned; the next call says so.
-      ASSERT_THAT(s.partial_run(run, {{x, Tensor(-1.0f)}}, {}, {}, bounded()), IsOk());
-      EXPECT_THAT(s.partial_run(run, {{z, Tensor(1.0f)}}, {y}, {}, bounded()),
-                  StatusIs(StatusCode::kInvalidArgument, where + "node 'check' (Call)"));
+      // The far kernel fails either before this call returns (then this
+      // call says so) or after it (then the next one does): both are
+      // TF's behaviour, and which one happens is a race we do not fix.
+      auto fed = s.partial_run(run, {{x, Tensor(-1.0f)}}, {}, {}, bounded());
+      const auto failed = StatusIs(StatusCode::kInvalidArgument, where + "node 'check' (Call)");
+      if (fed.is_ok()) {
+        EXPECT_THAT(s.partial_run(run, {{z, Tensor(1.0f)}}, {y}, {}, bounded()), failed);
+      } else {
+        EXPECT_THAT(fed, failed);
+        EXPECT_THAT(s.partial_run(run, {{z, Tensor(1.0f)}}, {y}, {}, bounded()),
+                    ::testing::Not(IsOk()));
+      }
       EXPECT_TRUE(run.is_done());
     }
     auto ok = s.partial_run_setup({y}, {x, z}, {}, bounded()).value();
