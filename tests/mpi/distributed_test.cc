@@ -560,6 +560,7 @@ TEST_F(DistributedTest, CloseEndsTheWorkersAndLaterRuns) {
   std::vector<Tensor> fetched(1);
   EXPECT_THAT(callable->run(feeds, fetched), StatusIs(StatusCode::kCancelled, "closed"));
   EXPECT_THAT(s->make_callable({t.x}, {t.sum}), StatusIs(StatusCode::kCancelled, "closed"));
+  EXPECT_THAT(s->extend(t.g), StatusIs(StatusCode::kCancelled, "closed"));
 }
 
 TEST_F(DistributedTest, MisuseIsReportedOnTheDriver) {
@@ -763,6 +764,345 @@ TEST_F(DistributedTest, ConcurrentPartialRunsAcrossRanksLoseNoUpdate) {
         EXPECT_EQ(runs_of(s, t), kThreads * kEach);
       },
       threads(kThreads));
+}
+
+// ---- extend
+
+// TwoStage grown: on rank 0 a new node `neg`; on the far rank `mix` (an
+// old far tensor and `neg`: a new edge into the far rank) and `mixed` (x
+// through its edge so far); on rank 0 `back` (a new edge out of it).
+struct Grown {
+  Graph g;
+  Output neg, mix, mixed, back;
+  explicit Grown(const Graph& from) : g(from.clone()) {
+    Output x = g.find_output("x:0").value();
+    Output scaled = g.find_output("scaled:0").value();
+    Output sum = g.find_output("sum:0").value();
+    {
+      auto scope = g.device("/rank:0");
+      neg = ops::Neg(g, x, "neg");
+    }
+    {
+      auto scope = g.device(far());
+      mix = ops::Add(g, scaled, neg, "mix");
+      mixed = ops::Mul(g, mix, x, "mixed");
+    }
+    auto scope = g.device("/rank:0");
+    back = ops::Add(g, mixed, sum, "back");
+  }
+};
+
+// New nodes on the far rank and on rank 0, joined by new edges both ways,
+// run and fetch as in one process; the old signatures go on.
+TEST_F(DistributedTest, ExtendAddsNodesOnTheFarRankWithNewEdgesBothWays) {
+  TwoStage t;
+  Grown grown(t.g);
+  ASSERT_THAT(grown.g.status(), IsOk());
+  const Tensor x = Tensor::matrix<float>({{1, -1}, {0.5f, 2}});
+  across_ranks(t.g, [&](mpi::DistributedSession& s) {
+    auto local = Session::create(grown.g).value();
+    auto want = local->run({{"x", x}}, {"back:0", "mixed:0", "sum:0"}).value();
+    EXPECT_THAT(s.run({{"x", x}}, {"back:0"}), StatusIs(StatusCode::kNotFound, "'back'"));
+    ASSERT_THAT(s.run({{"x", x}}, {t.sum, t.scaled}, {}, bounded()), IsOk());  // planned before
+    ASSERT_THAT(s.extend(grown.g), IsOk());
+    // First a signature that fetches nothing of the far rank (no fetch
+    // edge extends the far rank's session on the way).
+    auto only_back = s.run({{"x", x}}, {"back:0"}, {}, bounded());
+    ASSERT_THAT(only_back, IsOk());
+    EXPECT_TRUE((*only_back)[0].equals(want[0]));
+    EXPECT_EQ(s.placement()[static_cast<std::size_t>(grown.mix.node()->id())], size() - 1);
+    EXPECT_EQ(s.placement()[static_cast<std::size_t>(grown.mixed.node()->id())], size() - 1);
+    EXPECT_EQ(s.placement()[static_cast<std::size_t>(grown.back.node()->id())], 0);
+    for (int k = 0; k < 2; ++k) {
+      auto got = s.run({{"x", x}}, {"back:0", "mixed:0", "sum:0"}, {}, bounded());
+      ASSERT_THAT(got, IsOk());
+      for (std::size_t i = 0; i < 3; ++i) EXPECT_TRUE((*got)[i].equals(want[i])) << i;
+    }
+    auto far_only = s.run({{"x", x}}, {"mix:0"}, {}, bounded());  // a fetch edge of a new node
+    ASSERT_THAT(far_only, IsOk());
+    EXPECT_TRUE((*far_only)[0].equals(local->run({{"x", x}}, {"mix:0"}).value()[0]));
+    auto old = s.run({{"x", x}}, {t.sum, t.scaled}, {}, bounded());
+    ASSERT_THAT(old, IsOk());
+    EXPECT_TRUE((*old)[0].equals(want[2]));
+    EXPECT_THAT(s.extend(grown.g), IsOk());  // nothing new
+  });
+}
+
+// A new variable on the far rank, its AssignAdd ordered before a new far
+// node by a control edge and initialised from rank 0 (new control edges):
+// a partial run updates it once.
+TEST_F(DistributedTest, ExtendAddsAFarVariableUpdatedOncePerPartialRun) {
+  Staged t;
+  Graph grown = t.g.clone();
+  Output x = grown.find_output("x:0").value();
+  Output z = grown.find_output("z:0").value();
+  Output h2, count2;
+  {
+    auto scope = grown.device(far());
+    Output counter = ops::Variable(grown, Tensor(int64_t{0}), "runs2");
+    Output bump =
+        ops::AssignAdd(grown, counter, ops::Const(grown, Tensor(int64_t{1})), {}, "bump2");
+    {
+      auto deps = grown.control_dependencies({bump.node()});
+      h2 = ops::Mul(grown, x, ops::Const(grown, Tensor(3.0f)), "h2");
+    }
+    count2 = ops::ReadVariable(grown, counter, "count2");
+  }
+  auto back = grown.device("/rank:0");
+  Output y2 = ops::Add(grown, h2, z, "y2");
+  const Node* init2 = ops::GlobalVariablesInitializer(grown, "init2");
+  ASSERT_THAT(grown.status(), IsOk());
+  across_ranks(t.g, [&](mpi::DistributedSession& s) {
+    ASSERT_THAT(s.run({}, {}, {t.init}, bounded()), IsOk());
+    ASSERT_THAT(s.extend(grown), IsOk());
+    ASSERT_THAT(s.run({}, {}, {init2}, bounded()), IsOk());
+    for (int round = 1; round <= 2; ++round) {
+      auto run = s.partial_run_setup({h2, y2}, {x, z}, {}, bounded());
+      ASSERT_THAT(run, IsOk());
+      auto h = s.partial_run(*run, {{x, Tensor(2.0f)}}, {h2}, {}, bounded());
+      ASSERT_THAT(h, IsOk());
+      EXPECT_EQ((*h)[0].scalar<float>(), 6.0f);
+      auto y = s.partial_run(*run, {{z, Tensor(1.0f)}}, {y2}, {}, bounded());
+      ASSERT_THAT(y, IsOk());
+      EXPECT_EQ((*y)[0].scalar<float>(), 7.0f);
+      EXPECT_TRUE(run->is_done());
+      auto c = s.run({}, {count2}, {}, bounded());
+      ASSERT_THAT(c, IsOk());
+      EXPECT_EQ((*c)[0].scalar<int64_t>(), round);  // once per partial run
+    }
+    EXPECT_EQ(runs_of(s, t), 0);  // the old stage did not run
+  });
+}
+
+// Runs, Callables and partial runs from other threads while the graph
+// grows five times: their results stay right, and nothing hangs.
+TEST_F(DistributedTest, RunsFromOtherThreadsGoOnDuringExtends) {
+  TwoStage t;
+  constexpr int kExtends = 5;
+  std::vector<Graph> grown;
+  for (int k = 0; k < kExtends; ++k) {
+    grown.push_back((k == 0 ? t.g : grown.back()).clone());
+    Graph& g = grown.back();
+    Output x = g.find_output("x:0").value();
+    Output more;
+    {
+      auto scope = g.device(far());
+      more =
+          ops::Mul(g, g.find_output("scaled:0").value(),
+                   ops::Const(g, Tensor(static_cast<float>(k + 1))), "more_" + std::to_string(k));
+    }
+    auto scope = g.device("/rank:0");
+    static_cast<void>(ops::Add(g, more, x, "got_" + std::to_string(k)));
+    ASSERT_THAT(g.status(), IsOk());
+  }
+  const Tensor x = Tensor::matrix<float>({{1, -1}, {0.5f, 2}});
+  across_ranks(
+      t.g,
+      [&](mpi::DistributedSession& s) {
+        auto local = Session::create(grown.back()).value();
+        auto want = local->run({{t.x, x}}, {t.sum, t.scaled}).value();
+        auto callable = s.make_callable({t.x}, {t.scaled, t.sum});
+        ASSERT_THAT(callable, IsOk());
+        std::atomic<bool> done{false};
+        std::atomic<int> wrong{0}, ran{0};
+        std::vector<std::thread> callers;
+        callers.emplace_back([&] {
+          while (!done.load()) {
+            auto got = s.run({{t.x, x}}, {t.sum, t.scaled}, {}, bounded());
+            if (!got.is_ok() || !(*got)[0].equals(want[0]) || !(*got)[1].equals(want[1])) {
+              if (wrong++ == 0) ADD_FAILURE() << got.status().to_string();
+            }
+            ++ran;
+          }
+        });
+        callers.emplace_back([&] {
+          while (!done.load()) {
+            std::vector<Tensor> got(2);
+            const Tensor feeds[] = {x};
+            const Status st = callable->run(feeds, got, bounded());
+            if (!st.is_ok() || !got[0].equals(want[1]) || !got[1].equals(want[0])) {
+              if (wrong++ == 0) ADD_FAILURE() << st.to_string();
+            }
+            ++ran;
+          }
+        });
+        callers.emplace_back([&] {
+          while (!done.load()) {
+            auto run = s.partial_run_setup({t.scaled, t.sum}, {t.x}, {}, bounded());
+            if (!run.is_ok()) {
+              if (wrong++ == 0) ADD_FAILURE() << run.status().to_string();
+              continue;
+            }
+            auto a = s.partial_run(*run, {{t.x, x}}, {t.scaled}, {}, bounded());
+            auto b = s.partial_run(*run, {}, {t.sum}, {}, bounded());
+            if (!a.is_ok() || !b.is_ok() || !(*a)[0].equals(want[1]) || !(*b)[0].equals(want[0])) {
+              if (wrong++ == 0) {
+                ADD_FAILURE() << a.status().to_string() << " / " << b.status().to_string();
+              }
+            }
+            ++ran;
+          }
+        });
+        for (int k = 0; k < kExtends; ++k) {  // no ASSERT: the callers are joined first
+          const Status extended = s.extend(grown[static_cast<std::size_t>(k)]);
+          EXPECT_THAT(extended, IsOk()) << k;
+          const std::string got_k = "got_" + std::to_string(k) + ":0";
+          auto got = s.run({{t.x, x}}, {got_k}, {}, bounded());
+          EXPECT_THAT(got, IsOk()) << k;
+          if (!extended.is_ok() || !got.is_ok()) break;
+          EXPECT_TRUE((*got)[0].equals(local->run({{t.x, x}}, {got_k}).value()[0])) << k;
+        }
+        done = true;
+        for (auto& c : callers) c.join();
+        EXPECT_EQ(wrong.load(), 0);
+        EXPECT_GT(ran.load(), 0);
+      },
+      threads(4));
+}
+
+// A Call node's kernel cannot travel: added on a worker rank it is refused
+// (node and rank named) also where the worker holds the graph, since its
+// serve() graph is the old one; nothing changes, and the graph grows on.
+TEST_F(DistributedTest, ExtendRefusesACallOnAWorkerRank) {
+  TwoStage t;
+  Graph with_call = t.g.clone();
+  Output xs = ops::Placeholder(with_call, DType::kFloat32, Shape{}, "xs");
+  {
+    auto scope = with_call.device(far());
+    static_cast<void>(checked(with_call, xs));
+  }
+  Grown grown(t.g);
+  ASSERT_THAT(with_call.status(), IsOk());
+  const Tensor x = Tensor::matrix<float>({{1, 2}, {3, 4}});
+  across_ranks(t.g, [&](mpi::DistributedSession& s) {
+    const Status st = s.extend(with_call);
+    if (size() == 1) {  // everything on rank 0: nothing to send
+      ASSERT_THAT(st, IsOk());
+      auto got = s.run({{"xs", Tensor(2.0f)}}, {"check:0"}, {}, bounded());
+      ASSERT_THAT(got, IsOk());
+      EXPECT_EQ((*got)[0].scalar<float>(), 2.0f);
+      return;
+    }
+    EXPECT_THAT(st, StatusIs(StatusCode::kInvalidArgument, "node 'check' (Call)"));
+    EXPECT_THAT(
+        st, StatusIs(StatusCode::kInvalidArgument, "placed on rank " + std::to_string(size() - 1)));
+    EXPECT_THAT(s.run({}, {"check:0"}), StatusIs(StatusCode::kNotFound, "'check'"));
+    ASSERT_THAT(s.extend(grown.g), IsOk());
+    auto local = Session::create(grown.g).value();
+    auto got = s.run({{"x", x}}, {"back:0"}, {}, bounded());
+    ASSERT_THAT(got, IsOk());
+    EXPECT_TRUE((*got)[0].equals(local->run({{"x", x}}, {"back:0"}).value()[0]));
+  });
+}
+
+// A worker without the graph takes an extension into the part it adopted
+// (a fetch edge of a new node included); a Call for it is refused.
+TEST_F(DistributedTest, AWorkerWithoutTheGraphTakesAnExtension) {
+  TwoStage t;
+  Grown grown(t.g);
+  Graph with_call = grown.g.clone();
+  {
+    auto scope = with_call.device(far());
+    static_cast<void>(checked(with_call, ops::Placeholder(with_call, DType::kFloat32, {}, "xs")));
+  }
+  ASSERT_THAT(with_call.status(), IsOk());
+  if (rank() != 0) {
+    EXPECT_THAT(mpi::serve_without_graph(threads(2)), IsOk());
+    return;
+  }
+  auto s = mpi::DistributedSession::create(t.g, threads(2));
+  ASSERT_THAT(s, IsOk());
+  const Tensor x = Tensor::matrix<float>({{1, -1}, {0.5f, 2}});
+  auto local = Session::create(grown.g).value();
+  auto want = local->run({{"x", x}}, {"back:0", "mix:0"}).value();
+  ASSERT_THAT((*s)->extend(grown.g), IsOk());
+  auto back = (*s)->run({{"x", x}}, {"back:0"}, {}, bounded());  // no fetch edge first
+  ASSERT_THAT(back, IsOk());
+  EXPECT_TRUE((*back)[0].equals(want[0]));
+  auto got = (*s)->run({{"x", x}}, {"back:0", "mix:0"}, {}, bounded());
+  ASSERT_THAT(got, IsOk());
+  EXPECT_TRUE((*got)[0].equals(want[0]));
+  EXPECT_TRUE((*got)[1].equals(want[1]));
+  const Status st = (*s)->extend(with_call);
+  if (size() == 1) {
+    EXPECT_THAT(st, IsOk());
+  } else {
+    EXPECT_THAT(st, StatusIs(StatusCode::kInvalidArgument, "node 'check' (Call)"));
+  }
+  EXPECT_THAT((*s)->close(), IsOk());
+}
+
+// An existing node changed (its op, its device) is refused naming it; a
+// new node that would move a placed one (a far Assign of a variable placed
+// on rank 0) names both. Nothing changes.
+TEST_F(DistributedTest, ExtendRefusesChangedAndMovedNodes) {
+  auto build = [](Graph& g, bool square, const std::string& device) {
+    Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+    auto scope = g.device(device);
+    static_cast<void>(square ? ops::Square(g, x, "y") : ops::Neg(g, x, "y"));
+    static_cast<void>(ops::Variable(g, Tensor(1.0f), "v"));
+  };
+  Graph g, changed, moved_device;
+  build(g, false, "");
+  build(changed, true, "");
+  build(moved_device, false, far());
+  static_cast<void>(ops::Identity(changed, changed.find_output("x:0").value(), "new"));
+  static_cast<void>(ops::Identity(moved_device, moved_device.find_output("x:0").value(), "new"));
+  Graph moves = g.clone();
+  {
+    auto scope = moves.device(far());
+    static_cast<void>(ops::AssignAdd(moves, moves.find_output("v:0").value(),
+                                     ops::Const(moves, Tensor(1.0f)), {}, "far_add"));
+  }
+  ASSERT_THAT(g.status(), IsOk());
+  ASSERT_THAT(changed.status(), IsOk());
+  ASSERT_THAT(moved_device.status(), IsOk());
+  ASSERT_THAT(moves.status(), IsOk());
+  across_ranks(g, [&](mpi::DistributedSession& s) {
+    EXPECT_THAT(s.extend(changed), StatusIs(StatusCode::kInvalidArgument, "node 'y' (Square)"));
+    EXPECT_THAT(s.extend(moved_device),
+                StatusIs(StatusCode::kInvalidArgument, "on device '" + far() + "'"));
+    const Status moved = s.extend(moves);
+    if (size() == 1) {
+      EXPECT_THAT(moved, IsOk());  // far is rank 0: nothing moves
+    } else {
+      EXPECT_THAT(moved, StatusIs(StatusCode::kInvalidArgument, "node 'far_add' (AssignAdd)"));
+      EXPECT_THAT(moved, StatusIs(StatusCode::kInvalidArgument, "would move node 'v' (Variable)"));
+      EXPECT_THAT(s.run({}, {"new:0"}), StatusIs(StatusCode::kNotFound, "'new'"));
+    }
+    auto y = s.run({{"x", Tensor(2.0f)}}, {"y:0"}, {}, bounded());
+    ASSERT_THAT(y, IsOk());
+    EXPECT_EQ((*y)[0].scalar<float>(), -2.0f);
+  });
+}
+
+// A worker that fails to take its part (here: a new far node named like
+// the step placeholder of that rank's part) fails the extend naming its
+// rank; later extends are FailedPrecondition and the old signatures run.
+TEST_F(DistributedTest, AWorkerThatFailsAnExtendStopsLaterExtends) {
+  TwoStage t;
+  Graph clash = t.g.clone();
+  {
+    auto scope = clash.device(far());
+    static_cast<void>(
+        ops::Identity(clash, clash.find_output("scaled:0").value(), "mpi_partition/step"));
+  }
+  Grown grown(t.g);
+  ASSERT_THAT(clash.status(), IsOk());
+  const Tensor x = Tensor::matrix<float>({{1, -1}, {0.5f, 2}});
+  across_ranks(t.g, [&](mpi::DistributedSession& s) {
+    const Status st = s.extend(clash);
+    if (size() == 1) {  // rank 0's own part: refused before anything changes
+      EXPECT_THAT(st, StatusIs(StatusCode::kInvalidArgument, "rank 0's part"));
+      EXPECT_THAT(s.extend(grown.g), IsOk());
+    } else {
+      EXPECT_THAT(st, StatusIs(StatusCode::kInvalidArgument,
+                               "rank " + std::to_string(size() - 1) + ": extending"));
+      EXPECT_THAT(s.extend(grown.g), StatusIs(StatusCode::kFailedPrecondition, "half-way"));
+    }
+    auto old = s.run({{t.x, x}}, {t.sum, t.scaled}, {}, bounded());
+    EXPECT_THAT(old, IsOk());
+  });
 }
 
 }  // namespace

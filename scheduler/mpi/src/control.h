@@ -36,6 +36,8 @@ enum class Kind : uint32_t {
   kPart,          // driver -> worker: its part of the graph (step name, seed, GraphDef)
   kPing,          // driver -> worker: the heartbeat
   kPong,          // worker -> driver: its answer, sent from the worker's progress thread
+  kExtend,        // driver -> worker: its delta of an extend (stubs, GraphDef)
+  kExtended,      // worker -> driver: the status of its extend
 };
 
 inline constexpr int kToWorker = 1;  // tags on the control communicator

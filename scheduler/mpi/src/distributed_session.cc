@@ -18,6 +18,7 @@
 #include <optional>
 #include <random>
 #include <set>
+#include <shared_mutex>
 #include <span>
 #include <stop_token>
 #include <string>
@@ -158,11 +159,16 @@ struct DistributedSession::Impl {
   std::unique_ptr<Partition> partition;
   std::unique_ptr<Session> session;  // rank 0's part
 
-  std::mutex mu;  // plans, step ids, and the order steps start in
+  std::mutex mu;  // plans, step ids, the order steps start in, and extends
   std::unordered_map<std::string, std::shared_ptr<const Signature>> plans;
   std::map<std::pair<int, int>, int> fetch_edges;  // (node, output) -> edge id
   uint64_t next_step = 1;
   bool closed = false;
+  Status broken;  // an extend that failed half-way; guarded by mu
+  // Readers of the graph and the placement that do not hold mu (a partial
+  // run's names) share it; extend() holds it exclusively (after mu) while
+  // it appends nodes. Nodes are never moved, so pointers stay valid.
+  std::shared_mutex graph_mu;
 
   std::mutex steps_mu;
   std::unordered_map<uint64_t, std::shared_ptr<Step>> steps;
@@ -208,6 +214,8 @@ struct DistributedSession::Impl {
                                       std::span<const Tensor> values,
                                       const graphrun::Callable* local_callable,
                                       const RunOptions& options);
+  // DistributedSession::extend, with mu held.
+  Status extend(const Graph& grown);
   // Sends close to `notify` and waits (close_timeout) for `wait_for` to
   // confirm.
   Status shut_down(const std::vector<int>& notify, const std::vector<int>& wait_for);
@@ -875,6 +883,7 @@ Result<DistributedSession::PartialRun> DistributedSession::partial_run_setup(
   Impl& s = *impl_;
   auto st = std::make_shared<PartialRun::State>();
   st->impl = impl_;
+  std::shared_lock read(s.graph_mu);  // an extend may append nodes
   const Graph& g = *s.graph;
   FeedList declared;
   for (const TensorRef& f : feeds) {
@@ -902,6 +911,7 @@ Result<DistributedSession::PartialRun> DistributedSession::partial_run_setup(
   st->fed.assign(st->feeds.size(), 0);
   st->done.assign(st->fetches.size(), 0);
   std::vector<TensorRef> fetch_refs(fetches.begin(), fetches.end());
+  read.unlock();
   const std::lock_guard lock(s.mu);
   if (s.closed) return cancelled("Session has been closed.");
   GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<const Signature> sig,
@@ -996,6 +1006,7 @@ Result<std::vector<Tensor>> DistributedSession::partial_run(PartialRun& handle,
       return st->first.is_ok() ? invalid_argument("the partial run is complete") : st->first;
     }
   }
+  std::shared_lock read(s.graph_mu);  // an extend may append nodes
   const Graph& g = *s.graph;
   // Resolved and checked as one process would: misuse leaves the run usable.
   std::vector<int> feed_ids, fetch_ids, target_ids;
@@ -1034,6 +1045,7 @@ Result<std::vector<Tensor>> DistributedSession::partial_run(PartialRun& handle,
     }
     target_ids.push_back(static_cast<int>(it - st->targets.begin()));
   }
+  read.unlock();
   auto will_be_fed = [&](int f) {
     return st->fed[static_cast<std::size_t>(f)] != 0 ||
            std::find(feed_ids.begin(), feed_ids.end(), f) != feed_ids.end();
@@ -1160,6 +1172,95 @@ Status DistributedSession::cancel_partial_run(PartialRun& handle) {
   return Status::ok();
 }
 
+// ------------------------------------------------------- extend (driver)
+
+Status DistributedSession::extend(const Graph& grown) {
+  Impl& s = *impl_;
+  // No step starts from the first delta sent until every worker took its
+  // part: a plan made between could name a node a worker lacks.
+  const std::lock_guard lock(s.mu);
+  if (s.closed) return cancelled("Session has been closed.");
+  if (!s.broken.is_ok()) {
+    return failed_precondition(
+        "DistributedSession::extend: an earlier extend failed half-way ({}); the signatures so "
+        "far still run, but the graph cannot grow",
+        s.broken.to_string());
+  }
+  return s.extend(grown).with_prefix("DistributedSession::extend");
+}
+
+Status DistributedSession::Impl::extend(const Graph& grown) {
+  // Everything is checked and every delta written before anything changes.
+  Graph next = graph->clone();
+  GRAPHRUN_RETURN_IF_ERROR(next.append_nodes_from(grown));
+  const int old = graph->num_nodes();
+  for (int id = 0; id < old; ++id) {
+    if (graph->node(id)->device() != grown.node(id)->device()) {
+      return invalid_argument(
+          "cannot extend: node {} of the given graph is {} on device '{}' but here it is on "
+          "'{}' (a placed node cannot move)",
+          id, grown.node(id)->describe(), grown.node(id)->device(), graph->node(id)->device());
+    }
+  }
+  if (next.num_nodes() == old) return Status::ok();
+  GRAPHRUN_ASSIGN_OR_RETURN(internal::Growth growth, partition->grow(next, world->size()));
+  for (int id = old; id < next.num_nodes(); ++id) {
+    const Node& n = *next.node(id);
+    const int r = growth.ranks[static_cast<std::size_t>(id)];
+    if (r != 0 &&
+        (n.kernel_override() != nullptr || n.op() == "Call" || n.op() == "StatelessCall")) {
+      return invalid_argument(
+          "{} is placed on rank {}, a worker: its kernel is code of this program and cannot be "
+          "sent there (place it on rank 0)",
+          n.describe(), r);
+    }
+  }
+  std::vector<std::pair<int, std::string>> deltas;  // (rank, kExtend payload)
+  for (int r = 1; r < world->size(); ++r) {
+    std::vector<internal::Stub> stubs;
+    Result<Graph> delta = partition->delta(next, growth, r, stubs);
+    if (!delta.is_ok()) return delta.status().with_prefix(fmt::format("rank {}", r));
+    if (delta->num_nodes() == 0) continue;  // nothing new on that rank
+    Result<std::string> payload = internal::encode_delta(*delta, stubs);
+    if (!payload.is_ok()) return payload.status().with_prefix(fmt::format("rank {}", r));
+    deltas.emplace_back(r, std::move(*payload));
+  }
+
+  // Rank 0 first: its graph, its cut and its session.
+  Status status;
+  {
+    const std::unique_lock write(graph_mu);
+    status = graph->append_nodes_from(grown);
+    if (status.is_ok()) status = partition->apply(growth);
+  }
+  if (status.is_ok()) status = session->extend(partition->local());
+  if (!status.is_ok()) {
+    broken = status;
+    return status;
+  }
+  // Then every worker with something new, each confirming.
+  for (auto& [r, payload] : deltas) {
+    internal::send_message(world->engine(), r, internal::kToWorker, Kind::kExtend, 0,
+                           std::move(payload));
+  }
+  std::set<int> waiting;
+  for (const auto& d : deltas) waiting.insert(d.first);
+  const auto deadline = std::chrono::steady_clock::now() + cluster.connect_timeout;
+  while (!waiting.empty()) {
+    std::optional<Message> m = control.pop(deadline);
+    if (!m.has_value()) {
+      status.update(unavailable("rank {} did not confirm the extend within {} ms", *waiting.begin(),
+                                cluster.connect_timeout.count()));
+      break;
+    }
+    if (m->kind != Kind::kExtended || waiting.erase(m->source) == 0) continue;
+    Reader r(m->payload);
+    status.update(r.status().with_prefix(fmt::format("rank {}", m->source)));
+  }
+  if (!status.is_ok()) broken = status;
+  return status;
+}
+
 Status DistributedSession::close() {
   Impl& s = *impl_;
   {
@@ -1233,6 +1334,7 @@ class Worker {
         case Kind::kPartialSetup: partial_setup(m); break;
         case Kind::kPartialCall: partial_call(m); break;
         case Kind::kAbort: abort(m.step); break;
+        case Kind::kExtend: reply(Kind::kExtended, 0, Writer().status(extend(m)).take()); break;
         case Kind::kClose: {
           std::vector<uint64_t> open;
           {
@@ -1308,6 +1410,15 @@ class Worker {
     }
     setup = make(session);
     return setup;
+  }
+
+  // Adds the driver's delta of an extend to this rank's part and extends
+  // its session (steps in flight go on).
+  Status extend(const Message& m) {
+    if (session_ == nullptr) return failed_precondition("this worker has no session");
+    GRAPHRUN_ASSIGN_OR_RETURN(auto delta, internal::decode_delta(m.payload));
+    GRAPHRUN_RETURN_IF_ERROR(partition_->import(delta.first, delta.second));
+    return session_->extend(partition_->local());
   }
 
   // Adopts the part the driver cut for this rank (a worker without a

@@ -5,8 +5,10 @@
 #include <fmt/format.h>
 
 #include <map>
+#include <string>
 #include <tuple>
 #include <utility>
+#include <variant>
 
 #include "scheduler/mpi/src/wire.h"
 
@@ -85,11 +87,48 @@ const std::string& Partition::recv_name(int id) const {
   return it == recvs_.end() ? kNone : it->second;
 }
 
+namespace {
+
+NodeSpec send_spec(std::string name, const CrossEdge& e, Output x, Output step, int64_t session) {
+  return NodeSpec{
+      .op = "MpiPartitionSend",
+      .name = std::move(name),
+      .inputs = {x, step},
+      .attrs = {{"edge", int64_t{e.id}}, {"session", session}, {"dest", int64_t{e.to}}}};
+}
+
+NodeSpec recv_spec(std::string name, const CrossEdge& e, DType dtype, const Shape& shape,
+                   Output step, int64_t session) {
+  return NodeSpec{.op = "MpiPartitionRecv",
+                  .name = std::move(name),
+                  .inputs = {step},
+                  .attrs = {{"T", dtype},
+                            {"edge", int64_t{e.id}},
+                            {"session", session},
+                            {"source", int64_t{e.from}},
+                            {"shape", shape}}};
+}
+
+// What an edge carries: the source output's dtype and shape, or the step
+// id for a control edge.
+std::pair<DType, Shape> carried(const Graph& g, const CrossEdge& e) {
+  if (e.output < 0) return {DType::kInt64, Shape{}};
+  const Node& src = *g.node(e.node);
+  return {src.output_dtype(e.output), src.output_shape(e.output)};
+}
+
+// The variable a node belongs with (placement's groups), or null.
+const std::string* variable_of(const Node& node) {
+  if (node.op() == "Variable") return &node.name();
+  if (const AttrValue* var = node.find_attr("var")) return std::get_if<std::string>(var);
+  return nullptr;
+}
+
+}  // namespace
+
 Status Partition::add_send(const CrossEdge& e, Output x) {
-  NodeSpec spec{.op = "MpiPartitionSend",
-                .name = fresh_name(fmt::format("mpi_partition/send_{}", e.id)),
-                .inputs = {x, step_},
-                .attrs = {{"edge", int64_t{e.id}}, {"session", session_}, {"dest", int64_t{e.to}}}};
+  NodeSpec spec =
+      send_spec(fresh_name(fmt::format("mpi_partition/send_{}", e.id)), e, x, step_, session_);
   if (e.output < 0) spec.control_inputs.push_back(local_of_[static_cast<std::size_t>(e.node)]);
   GRAPHRUN_ASSIGN_OR_RETURN(Node * send, local_.add_node(std::move(spec)));
   sends_[e.id] = send->name();
@@ -98,17 +137,18 @@ Status Partition::add_send(const CrossEdge& e, Output x) {
 
 Status Partition::add_recv(const CrossEdge& e, DType dtype, const Shape& shape) {
   GRAPHRUN_ASSIGN_OR_RETURN(
-      Node * recv,
-      local_.add_node(NodeSpec{.op = "MpiPartitionRecv",
-                               .name = fresh_name(fmt::format("mpi_partition/recv_{}", e.id)),
-                               .inputs = {step_},
-                               .attrs = {{"T", dtype},
-                                         {"edge", int64_t{e.id}},
-                                         {"session", session_},
-                                         {"source", int64_t{e.from}},
-                                         {"shape", shape}}}));
+      Node * recv, local_.add_node(recv_spec(fresh_name(fmt::format("mpi_partition/recv_{}", e.id)),
+                                             e, dtype, shape, step_, session_)));
   recvs_[e.id] = recv->output(0).name();
   return Status::ok();
+}
+
+Result<Output> Partition::recv_of(int node, int output) const {
+  auto it = index_.find(std::make_tuple(node, output, rank_));
+  if (it == index_.end()) {
+    return internal_error("rank {} has no edge of node {} output {}", rank_, node, output);
+  }
+  return local_.find_output(recv_name(edges_[it->second].id));
 }
 
 Status Partition::build(int num_ranks) {
@@ -125,9 +165,8 @@ Status Partition::build(int num_ranks) {
   step_name_ = step_.node()->name();
 
   // Every rank numbers the edges alike: by consumer id, then input order.
-  std::map<std::tuple<int, int, int>, std::size_t> index;  // (node, output, to) -> edge
   auto edge_for = [&](int node, int output, int to) -> CrossEdge& {
-    auto [it, added] = index.emplace(std::make_tuple(node, output, to), edges_.size());
+    auto [it, added] = index_.emplace(std::make_tuple(node, output, to), edges_.size());
     if (added) {
       edges_.push_back(CrossEdge{.id = static_cast<int>(edges_.size()),
                                  .from = ranks_[static_cast<std::size_t>(node)],
@@ -161,16 +200,23 @@ Status Partition::build(int num_ranks) {
   // id order (inputs come before their consumers), then its Sends.
   for (const CrossEdge& e : edges_) {
     if (e.to != rank_) continue;
-    if (e.output < 0) {
-      GRAPHRUN_RETURN_IF_ERROR(add_recv(e, DType::kInt64, Shape{}));
-    } else {
-      const Node& src = *global_->node(e.node);
-      GRAPHRUN_RETURN_IF_ERROR(add_recv(e, src.output_dtype(e.output), src.output_shape(e.output)));
-    }
+    auto [dtype, shape] = carried(*global_, e);
+    GRAPHRUN_RETURN_IF_ERROR(add_recv(e, dtype, shape));
   }
-  local_of_.assign(static_cast<std::size_t>(global_->num_nodes()), nullptr);
+  GRAPHRUN_RETURN_IF_ERROR(add_own_nodes(0));
+  for (const CrossEdge& e : edges_) {
+    if (e.from != rank_) continue;
+    const Output x =
+        e.output < 0 ? step_ : local_of_[static_cast<std::size_t>(e.node)]->output(e.output);
+    GRAPHRUN_RETURN_IF_ERROR(add_send(e, x));
+  }
+  return local_.status();
+}
+
+Status Partition::add_own_nodes(int first) {
+  local_of_.resize(static_cast<std::size_t>(global_->num_nodes()), nullptr);
   std::vector<std::pair<Node*, const Node*>> later;  // control inputs added after
-  for (int id = 0; id < global_->num_nodes(); ++id) {
+  for (int id = first; id < global_->num_nodes(); ++id) {
     if (ranks_[static_cast<std::size_t>(id)] != rank_) continue;
     const Node& n = *global_->node(id);
     NodeSpec spec{.op = n.op(),
@@ -183,16 +229,14 @@ Status Partition::build(int num_ranks) {
       if (ranks_[static_cast<std::size_t>(from)] == rank_) {
         spec.inputs.push_back(local_of_[static_cast<std::size_t>(from)]->output(in.index()));
       } else {
-        const CrossEdge& e = edges_[index.at(std::make_tuple(from, in.index(), rank_))];
-        GRAPHRUN_ASSIGN_OR_RETURN(Output recv, local_.find_output(recvs_.at(e.id)));
+        GRAPHRUN_ASSIGN_OR_RETURN(Output recv, recv_of(from, in.index()));
         spec.inputs.push_back(recv);
       }
     }
     std::vector<const Node*> deps;
     for (const Node* dep : n.control_inputs()) {
       if (ranks_[static_cast<std::size_t>(dep->id())] != rank_) {
-        const CrossEdge& e = edges_[index.at(std::make_tuple(dep->id(), -1, rank_))];
-        GRAPHRUN_ASSIGN_OR_RETURN(Output recv, local_.find_output(recvs_.at(e.id)));
+        GRAPHRUN_ASSIGN_OR_RETURN(Output recv, recv_of(dep->id(), -1));
         spec.control_inputs.push_back(recv.node());
       } else if (dep->id() < id) {
         spec.control_inputs.push_back(local_of_[static_cast<std::size_t>(dep->id())]);
@@ -216,13 +260,7 @@ Status Partition::build(int num_ranks) {
     GRAPHRUN_RETURN_IF_ERROR(
         local_.add_control_input(node, local_of_[static_cast<std::size_t>(dep->id())]));
   }
-  for (const CrossEdge& e : edges_) {
-    if (e.from != rank_) continue;
-    const Output x =
-        e.output < 0 ? step_ : local_of_[static_cast<std::size_t>(e.node)]->output(e.output);
-    GRAPHRUN_RETURN_IF_ERROR(add_send(e, x));
-  }
-  return local_.status();
+  return Status::ok();
 }
 
 Status Partition::add_fetch_edge(int id, const std::string& tensor, int from, int to) {
@@ -237,32 +275,330 @@ Status Partition::add_fetch_edge(int id, const std::string& tensor, int from, in
     return unimplemented("more than {} cross-rank edges (static and fetched)", kMaxEdges - 1);
   }
   next_edge_ = std::max(next_edge_, id + 1);
-  if (global_ == nullptr) {
-    // An adopted part: its own nodes keep their global names; a fetch
-    // edge always leaves a worker for rank 0.
-    if (from != rank_ || to == rank_) {
-      return internal_error("fetch edge {} from rank {} to rank {} on adopted rank {}", id, from,
-                            to, rank_);
-    }
+  if (from == rank_) {
+    // This rank's own nodes keep their global names in its part (also in
+    // an adopted part, and for nodes an extend added).
     GRAPHRUN_ASSIGN_OR_RETURN(Output out, local_.find_output(tensor));
     return add_send(CrossEdge{.id = id, .from = from, .to = to, .node = -1, .output = out.index()},
                     out);
   }
-  GRAPHRUN_ASSIGN_OR_RETURN(Output global_out, global_->find_output(tensor));
-  CrossEdge e{.id = id,
-              .from = from,
-              .to = to,
-              .node = global_out.node()->id(),
-              .output = global_out.index()};
-  if (from == rank_) {
-    const Node* local = local_of_[static_cast<std::size_t>(e.node)];
-    if (local == nullptr) {
-      return internal_error("fetch edge {}: {} is not on rank {}", id, tensor, rank_);
-    }
-    return add_send(e, local->output(e.output));
+  if (to != rank_) return Status::ok();
+  if (global_ == nullptr) {
+    // An adopted part: a fetch edge always leaves a worker for rank 0.
+    return internal_error("fetch edge {} from rank {} to rank {} on adopted rank {}", id, from, to,
+                          rank_);
   }
-  if (to == rank_) return add_recv(e, global_out.dtype(), global_out.shape());
-  return Status::ok();
+  GRAPHRUN_ASSIGN_OR_RETURN(Output global_out, global_->find_output(tensor));
+  return add_recv(CrossEdge{.id = id,
+                            .from = from,
+                            .to = to,
+                            .node = global_out.node()->id(),
+                            .output = global_out.index()},
+                  global_out.dtype(), global_out.shape());
+}
+
+Result<Growth> Partition::grow(const Graph& grown, int num_ranks) const {
+  if (global_ == nullptr) return internal_error("only the driver grows the cut");
+  Growth out;
+  GRAPHRUN_ASSIGN_OR_RETURN(out.ranks, place(grown, num_ranks));
+  const int old = static_cast<int>(ranks_.size());
+  out.first_node = old;
+  for (int id = 0; id < old; ++id) {
+    const int was = ranks_[static_cast<std::size_t>(id)];
+    const int now = out.ranks[static_cast<std::size_t>(id)];
+    if (was == now) continue;
+    // Only a variable's group moves a placed node (every other node
+    // follows earlier nodes): the new member placed elsewhere is named.
+    const Node& moved = *grown.node(id);
+    const std::string* var = variable_of(moved);
+    const Node* culprit = nullptr;
+    for (int k = old; k < grown.num_nodes() && culprit == nullptr; ++k) {
+      const Node& n = *grown.node(k);
+      const std::string* other = variable_of(n);
+      if (var != nullptr && other != nullptr && *other == *var &&
+          out.ranks[static_cast<std::size_t>(k)] == now) {
+        culprit = &n;
+      }
+    }
+    if (culprit == nullptr) culprit = grown.node(old);
+    return invalid_argument(
+        "{} would move {} from rank {} to rank {}: nodes already placed keep their ranks (place "
+        "the new node on rank {})",
+        culprit->describe(), moved.describe(), was, now, was);
+  }
+  std::map<std::tuple<int, int, int>, std::size_t> fresh;  // (node, output, to) -> new edge
+  int next = next_edge_;
+  auto cross = [&](int node, int output, int to, int consumer) {
+    const auto key = std::make_tuple(node, output, to);
+    if (auto it = index_.find(key); it != index_.end()) {
+      out.consumers.emplace_back(edges_[it->second].id, consumer);
+      return;
+    }
+    auto [it, added] = fresh.emplace(key, out.edges.size());
+    if (added) {
+      out.edges.push_back(CrossEdge{.id = next++,
+                                    .from = out.ranks[static_cast<std::size_t>(node)],
+                                    .to = to,
+                                    .node = node,
+                                    .output = output});
+    }
+    out.edges[it->second].consumers.push_back(consumer);
+  };
+  // The new edges numbered as build() numbers: by consumer id, then input order.
+  for (int id = old; id < grown.num_nodes(); ++id) {
+    const Node& n = *grown.node(id);
+    const int to = out.ranks[static_cast<std::size_t>(id)];
+    for (const Output& in : n.inputs()) {
+      if (out.ranks[static_cast<std::size_t>(in.node()->id())] != to) {
+        cross(in.node()->id(), in.index(), to, id);
+      }
+    }
+    for (const Node* dep : n.control_inputs()) {
+      if (out.ranks[static_cast<std::size_t>(dep->id())] != to) cross(dep->id(), -1, to, id);
+    }
+  }
+  if (next >= kMaxEdges) {
+    return unimplemented("more than {} cross-rank edges (static and fetched)", kMaxEdges - 1);
+  }
+  // A new node of this rank may not take a name this rank's part gave a
+  // Send, Recv or the step.
+  for (int id = old; id < grown.num_nodes(); ++id) {
+    const Node& n = *grown.node(id);
+    if (out.ranks[static_cast<std::size_t>(id)] == rank_ && local_.find_node(n.name()) != nullptr) {
+      return invalid_argument("{}: rank {}'s part of the graph has a node of that name",
+                              n.describe(), rank_);
+    }
+  }
+  return out;
+}
+
+Result<Graph> Partition::delta(const Graph& grown, const Growth& growth, int rank,
+                               std::vector<Stub>& stubs) const {
+  Graph d(grown.registry());
+  const auto at = [&](int id) { return growth.ranks[static_cast<std::size_t>(id)]; };
+  auto taken = [&](const std::string& name) {
+    return grown.find_node(name) != nullptr || d.find_node(name) != nullptr;
+  };
+  auto fresh = [&](const std::string& base) {
+    std::string name = base;
+    for (int k = 1; taken(name); ++k) name = fmt::format("{}_{}", base, k);
+    return name;
+  };
+  std::map<std::string, Output> stub_of;  // stub key -> its Placeholder
+  auto stub = [&](Stub s, DType dtype, const Shape& shape) -> Result<Output> {
+    const std::string key = fmt::format("{}|{}|{}", static_cast<uint64_t>(s.kind), s.ref, s.edge);
+    if (auto it = stub_of.find(key); it != stub_of.end()) return it->second;
+    s.name = fresh(fmt::format("mpi_partition/stub_{}", stubs.size()));
+    Output o = ops::Placeholder(d, dtype, shape, s.name);
+    GRAPHRUN_RETURN_IF_ERROR(d.status());
+    if (o.node()->name() != s.name) return internal_error("stub '{}' was renamed", s.name);
+    stubs.push_back(std::move(s));
+    stub_of.emplace(key, o);
+    return o;
+  };
+  auto step = [&]() { return stub(Stub{.kind = Stub::kStep}, DType::kInt64, Shape{}); };
+  std::map<int, Output> recv_of_new;             // new edge id -> its Recv in the delta
+  std::map<std::tuple<int, int>, int> new_into;  // (node, output) -> new edge into `rank`
+  for (const CrossEdge& e : growth.edges) {
+    if (e.to != rank) continue;
+    GRAPHRUN_ASSIGN_OR_RETURN(Output s, step());
+    auto [dtype, shape] = carried(grown, e);
+    GRAPHRUN_ASSIGN_OR_RETURN(
+        Node * recv, d.add_node(recv_spec(fresh(fmt::format("mpi_partition/recv_{}", e.id)), e,
+                                          dtype, shape, s, session_)));
+    recv_of_new.emplace(e.id, recv->output(0));
+    new_into.emplace(std::make_tuple(e.node, e.output), e.id);
+  }
+  // An input of a node of `rank`: a new node of the delta, a stub of a node
+  // of its part, or the Recv of an edge (new, or a stub of one so far).
+  std::map<int, Node*> made;  // new global id -> delta node
+  auto input = [&](int node, int output) -> Result<Output> {
+    if (at(node) == rank) {
+      if (node >= growth.first_node) {
+        if (output < 0) return made.at(node)->output(0);  // unused for control
+        return made.at(node)->output(output);
+      }
+      const Node& n = *grown.node(node);
+      if (output < 0) return stub(Stub{.kind = Stub::kNode, .ref = n.name()}, DType::kInt64, {});
+      return stub(Stub{.kind = Stub::kTensor, .ref = n.output(output).name()},
+                  n.output_dtype(output), n.output_shape(output));
+    }
+    if (auto it = new_into.find(std::make_tuple(node, output)); it != new_into.end()) {
+      return recv_of_new.at(it->second);
+    }
+    auto it = index_.find(std::make_tuple(node, output, rank));
+    if (it == index_.end()) {
+      return internal_error("no edge of node {} output {} into rank {}", node, output, rank);
+    }
+    const CrossEdge& e = edges_[it->second];
+    auto [dtype, shape] = carried(grown, e);
+    return stub(Stub{.kind = Stub::kRecv, .edge = e.id}, dtype, shape);
+  };
+  auto control = [&](const Node* dep) -> Result<const Node*> {
+    const int id = dep->id();
+    if (at(id) == rank && id >= growth.first_node) return made.at(id);
+    GRAPHRUN_ASSIGN_OR_RETURN(Output o, input(id, -1));
+    return o.node();
+  };
+  std::vector<std::pair<Node*, const Node*>> later;
+  for (int id = growth.first_node; id < grown.num_nodes(); ++id) {
+    if (at(id) != rank) continue;
+    const Node& n = *grown.node(id);
+    NodeSpec spec{.op = n.op(), .name = n.name(), .attrs = n.attrs(), .device = n.device()};
+    for (const Output& in : n.inputs()) {
+      GRAPHRUN_ASSIGN_OR_RETURN(Output o, input(in.node()->id(), in.index()));
+      spec.inputs.push_back(o);
+    }
+    std::vector<const Node*> deps;
+    for (const Node* dep : n.control_inputs()) {
+      if (at(dep->id()) == rank && dep->id() >= id) {
+        deps.push_back(dep);
+        continue;
+      }
+      GRAPHRUN_ASSIGN_OR_RETURN(const Node* c, control(dep));
+      spec.control_inputs.push_back(c);
+    }
+    Result<Node*> added = d.add_node(std::move(spec));
+    if (!added.is_ok()) return added.status().with_prefix(n.describe());
+    if ((*added)->name() != n.name()) {
+      return internal_error("{} was renamed '{}' in rank {}'s delta", n.describe(),
+                            (*added)->name(), rank);
+    }
+    made.emplace(id, *added);
+    for (const Node* dep : deps) later.emplace_back(*added, dep);
+  }
+  for (auto [node, dep] : later)
+    GRAPHRUN_RETURN_IF_ERROR(d.add_control_input(node, made.at(dep->id())));
+  for (const CrossEdge& e : growth.edges) {
+    if (e.from != rank) continue;
+    Output x;
+    if (e.output < 0) {
+      GRAPHRUN_ASSIGN_OR_RETURN(x, step());
+    } else {
+      GRAPHRUN_ASSIGN_OR_RETURN(x, input(e.node, e.output));
+    }
+    GRAPHRUN_ASSIGN_OR_RETURN(Output s, step());
+    NodeSpec spec = send_spec(fresh(fmt::format("mpi_partition/send_{}", e.id)), e, x, s, session_);
+    if (e.output < 0) {
+      GRAPHRUN_ASSIGN_OR_RETURN(const Node* c, control(grown.node(e.node)));
+      spec.control_inputs.push_back(c);
+    }
+    GRAPHRUN_RETURN_IF_ERROR(d.add_node(std::move(spec)).status());
+  }
+  GRAPHRUN_RETURN_IF_ERROR(d.status());
+  if (d.num_nodes() == static_cast<int>(stubs.size())) {
+    stubs.clear();
+    return Graph(grown.registry());  // nothing for this rank
+  }
+  return d;
+}
+
+Status Partition::apply(const Growth& growth) {
+  if (global_ == nullptr || global_->num_nodes() != static_cast<int>(growth.ranks.size())) {
+    return internal_error("the global graph does not hold the growth's nodes");
+  }
+  ranks_ = growth.ranks;
+  for (auto [id, consumer] : growth.consumers) {
+    for (CrossEdge& e : edges_) {
+      if (e.id == id) e.consumers.push_back(consumer);
+    }
+  }
+  const std::size_t first_edge = edges_.size();
+  for (const CrossEdge& e : growth.edges) {
+    index_.emplace(std::make_tuple(e.node, e.output, e.to), edges_.size());
+    edges_.push_back(e);
+    next_edge_ = std::max(next_edge_, e.id + 1);
+  }
+  for (std::size_t k = first_edge; k < edges_.size(); ++k) {
+    const CrossEdge& e = edges_[k];
+    if (e.to != rank_) continue;
+    auto [dtype, shape] = carried(*global_, e);
+    GRAPHRUN_RETURN_IF_ERROR(add_recv(e, dtype, shape));
+  }
+  GRAPHRUN_RETURN_IF_ERROR(add_own_nodes(growth.first_node));
+  for (std::size_t k = first_edge; k < edges_.size(); ++k) {
+    const CrossEdge e = edges_[k];
+    if (e.from != rank_) continue;
+    const Output x =
+        e.output < 0 ? step_ : local_of_[static_cast<std::size_t>(e.node)]->output(e.output);
+    GRAPHRUN_RETURN_IF_ERROR(add_send(e, x));
+  }
+  return local_.status();
+}
+
+Status Partition::import(const Graph& delta, const std::vector<Stub>& stubs) {
+  GRAPHRUN_RETURN_IF_ERROR(delta.status());
+  std::map<std::string, Output> resolved;  // stub name -> the part's tensor or node
+  for (const Stub& s : stubs) {
+    Result<Output> o = internal_error("stub '{}' of an unknown kind", s.name);
+    switch (s.kind) {
+      case Stub::kTensor: o = local_.find_output(s.ref); break;
+      case Stub::kNode: {
+        const Node* n = local_.find_node(s.ref);
+        o = n == nullptr
+                ? Result<Output>(not_found("rank {}'s part has no node '{}'", rank_, s.ref))
+                : Result<Output>(Output(n, 0));
+        break;
+      }
+      case Stub::kRecv: {
+        const std::string& recv = recv_name(s.edge);
+        o = recv.empty()
+                ? Result<Output>(internal_error("rank {} has no Recv of edge {}", rank_, s.edge))
+                : local_.find_output(recv);
+        break;
+      }
+      case Stub::kStep: o = step_; break;
+    }
+    if (!o.is_ok()) return o.status().with_prefix(fmt::format("extending rank {}'s part", rank_));
+    resolved.emplace(s.name, *o);
+  }
+  std::map<const Node*, Node*> mine;  // delta node -> the part's copy
+  auto source = [&](const Node* n) -> Result<const Node*> {
+    if (auto it = resolved.find(n->name()); it != resolved.end()) return it->second.node();
+    auto it = mine.find(n);
+    if (it == mine.end()) return internal_error("{} comes before its input", n->describe());
+    return it->second;
+  };
+  for (int id = 0; id < delta.num_nodes(); ++id) {
+    const Node& n = *delta.node(id);
+    if (resolved.count(n.name()) != 0) continue;
+    NodeSpec spec{.op = n.op(), .name = n.name(), .attrs = n.attrs(), .device = n.device()};
+    for (const Output& in : n.inputs()) {
+      if (auto it = resolved.find(in.node()->name()); it != resolved.end()) {
+        spec.inputs.push_back(it->second);
+      } else {
+        GRAPHRUN_ASSIGN_OR_RETURN(const Node* src, source(in.node()));
+        spec.inputs.push_back(src->output(in.index()));
+      }
+    }
+    for (const Node* dep : n.control_inputs()) {
+      GRAPHRUN_ASSIGN_OR_RETURN(const Node* src, source(dep));
+      spec.control_inputs.push_back(src);
+    }
+    Result<Node*> added = local_.add_node(std::move(spec));
+    if (!added.is_ok()) {
+      return added.status().with_prefix(fmt::format("extending rank {}'s part", rank_));
+    }
+    if ((*added)->name() != n.name()) {
+      return invalid_argument(
+          "extending rank {}'s part: {} cannot keep its name, which a node of the part has", rank_,
+          n.describe());
+    }
+    mine.emplace(&n, *added);
+    const bool send = n.op() == "MpiPartitionSend";
+    if (!send && n.op() != "MpiPartitionRecv") continue;
+    GRAPHRUN_ASSIGN_OR_RETURN(int64_t edge, n.attr<int64_t>("edge"));
+    if (edge < 0 || edge >= kMaxEdges) {
+      return invalid_argument("{}: edge {} is out of range", n.describe(), edge);
+    }
+    if (send) {
+      sends_[static_cast<int>(edge)] = (*added)->name();
+    } else {
+      recvs_[static_cast<int>(edge)] = (*added)->output(0).name();
+    }
+    next_edge_ = std::max(next_edge_, static_cast<int>(edge) + 1);
+  }
+  return local_.status();
 }
 
 }  // namespace graphrun::mpi::internal

@@ -6,7 +6,10 @@
 // for each edge into it and an MpiPartitionSend for each edge out of it,
 // all keyed by the step id fed into the "step" placeholder. A control edge
 // sends the step id itself. Fetches of tensors on other ranks add fetch
-// edges later (add_fetch_edge), with ids the driver hands out.
+// edges later (add_fetch_edge), with ids the driver hands out. extend()
+// grows the cut: the driver works out the new edges (grow), applies them to
+// its own part (apply) and cuts each worker's delta (delta), which the
+// worker adds to its part (import).
 //
 // Thread safety: thread-compatible; the session serialises changes.
 #pragma once
@@ -19,6 +22,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 namespace graphrun::mpi::internal {
@@ -30,6 +34,25 @@ struct CrossEdge {
   int node = 0;                // the source node's id in the global graph
   int output = 0;              // its output, -1 for a control edge
   std::vector<int> consumers;  // global ids of the nodes on `to` that read it
+};
+
+// What DistributedSession::extend adds to the cut, worked out on the driver
+// before anything changes (Partition::grow).
+struct Growth {
+  std::vector<int> ranks;                      // every node's rank; the nodes so far keep theirs
+  int first_node = 0;                          // the first new node's id
+  std::vector<CrossEdge> edges;                // the new edges, ids from next_edge_id()
+  std::vector<std::pair<int, int>> consumers;  // (edge id so far, its new consumer)
+};
+
+// A node of a worker's part that the nodes of its delta read: the delta
+// holds a Placeholder named `name` in its place, which the worker resolves.
+struct Stub {
+  enum Kind : uint64_t { kTensor = 0, kNode = 1, kRecv = 2, kStep = 3 };
+  std::string name;  // the stand-in's name in the delta
+  Kind kind = kTensor;
+  std::string ref;  // kTensor: "node:k" of the part; kNode: a node's name
+  int edge = 0;     // kRecv: the edge whose Recv it is
 };
 
 class Partition {
@@ -69,6 +92,24 @@ class Partition {
   // The id after every edge so far (static and fetch edges).
   int next_edge_id() const { return next_edge_; }
 
+  // extend() on the driver. `grown` is the global graph with nodes added
+  // (the first ranks().size() nodes being the graph's so far): places it,
+  // refuses a new node that would move a placed one (InvalidArgument naming
+  // both), and numbers the new cross edges after every edge so far.
+  // Changes nothing.
+  Result<Growth> grow(const Graph& grown, int num_ranks) const;
+  // Worker `rank`'s delta of `growth`: its new nodes, the Sends and Recvs
+  // of the new edges it ends, and a Placeholder stub for each node of its
+  // part they read (`stubs`). No nodes: nothing for that rank.
+  Result<Graph> delta(const Graph& grown, const Growth& growth, int rank,
+                      std::vector<Stub>& stubs) const;
+  // Applies `growth` to this (the driver's) partition once the global
+  // graph holds the new nodes: its ranks and edges, and this rank's new
+  // Recvs, nodes and Sends.
+  Status apply(const Growth& growth);
+  // A worker: adds `delta` (from delta(), through a GraphDef) to its part.
+  Status import(const Graph& delta, const std::vector<Stub>& stubs);
+
   // A fingerprint of the global graph (names, ops, devices, inputs): ranks
   // that built different graphs are told apart before a step runs.
   static uint64_t fingerprint(const Graph& g);
@@ -79,6 +120,10 @@ class Partition {
   Status build(int num_ranks);
   Status add_send(const CrossEdge& e, Output x);
   Status add_recv(const CrossEdge& e, DType dtype, const Shape& shape);
+  // This rank's nodes of the global graph from id `first` on.
+  Status add_own_nodes(int first);
+  // The local Recv output of the static edge (node, output) into this rank.
+  Result<Output> recv_of(int node, int output) const;
   std::string fresh_name(const std::string& base) const;
 
   const Graph* global_;  // null for an adopted part
@@ -87,7 +132,8 @@ class Partition {
   Graph local_;
   std::vector<int> ranks_;
   std::vector<CrossEdge> edges_;
-  std::vector<const Node*> local_of_;  // global id -> local node (this rank's)
+  std::map<std::tuple<int, int, int>, std::size_t> index_;  // (node, output, to) -> edge
+  std::vector<const Node*> local_of_;                       // global id -> local node (this rank's)
   Output step_;
   std::string step_name_;
   std::map<int, std::string> sends_;  // edge id -> local Send node

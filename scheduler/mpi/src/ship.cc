@@ -45,4 +45,39 @@ Result<std::unique_ptr<Partition>> decode_part(std::string_view payload, int ran
   return Partition::adopt(std::move(local), rank, session, step_name);
 }
 
+Result<std::string> encode_delta(const Graph& delta, const std::vector<Stub>& stubs) {
+  GRAPHRUN_ASSIGN_OR_RETURN(v1::GraphDef def, graph_to_graph_def(delta));
+  std::string bytes;
+  if (!def.SerializeToString(&bytes)) return internal_error("a delta did not serialize");
+  Writer w;
+  w.u64(stubs.size());
+  for (const Stub& s : stubs) {
+    w.str(s.name).u64(static_cast<uint64_t>(s.kind)).str(s.ref).i64(s.edge);
+  }
+  w.str(bytes);
+  return w.take();
+}
+
+Result<std::pair<Graph, std::vector<Stub>>> decode_delta(std::string_view payload) {
+  Reader r(payload);
+  GRAPHRUN_ASSIGN_OR_RETURN(uint64_t n, r.u64());
+  std::vector<Stub> stubs;
+  for (uint64_t k = 0; k < n; ++k) {
+    Stub s;
+    GRAPHRUN_ASSIGN_OR_RETURN(s.name, r.str());
+    GRAPHRUN_ASSIGN_OR_RETURN(uint64_t kind, r.u64());
+    if (kind > Stub::kStep) return internal_error("a delta's stub of kind {}", kind);
+    s.kind = static_cast<Stub::Kind>(kind);
+    GRAPHRUN_ASSIGN_OR_RETURN(s.ref, r.str());
+    GRAPHRUN_ASSIGN_OR_RETURN(int64_t edge, r.i64());
+    s.edge = static_cast<int>(edge);
+    stubs.push_back(std::move(s));
+  }
+  GRAPHRUN_ASSIGN_OR_RETURN(std::string bytes, r.str());
+  v1::GraphDef def;
+  if (!def.ParseFromString(bytes)) return invalid_argument("the driver's delta is not a GraphDef");
+  GRAPHRUN_ASSIGN_OR_RETURN(Graph delta, graph_from_graph_def(def, OpRegistry::global()));
+  return std::make_pair(std::move(delta), std::move(stubs));
+}
+
 }  // namespace graphrun::mpi::internal

@@ -5,6 +5,9 @@
 // (Partition::adopt). Built with graphrun::graphdef (ship.cc); without it
 // (GRAPHRUN_GRAPHDEF=OFF) both calls are Unimplemented (ship_unavailable.cc).
 //
+// extend() sends a worker its delta the same way (encode_delta,
+// decode_delta).
+//
 // Thread safety: thread-safe for distinct arguments.
 #pragma once
 
@@ -15,6 +18,8 @@
 #include <memory>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "scheduler/mpi/src/partition.h"
 
@@ -28,5 +33,12 @@ Result<std::string> encode_part(const Graph& graph, int ranks, int rank, int64_t
 
 // The part encode_part() made, over OpRegistry::global().
 Result<std::unique_ptr<Partition>> decode_part(std::string_view payload, int rank, int64_t session);
+
+// A worker's delta of an extend (Partition::delta) and its stubs: the
+// payload of a kExtend message. Every node must be writable as a NodeDef.
+Result<std::string> encode_delta(const Graph& delta, const std::vector<Stub>& stubs);
+
+// The delta encode_delta() made, over OpRegistry::global(), and its stubs.
+Result<std::pair<Graph, std::vector<Stub>>> decode_delta(std::string_view payload);
 
 }  // namespace graphrun::mpi::internal

@@ -253,10 +253,33 @@ class DistributedSession {
   /// Cancels an open partial run on every rank. OK if it was done.
   Status cancel_partial_run(PartialRun& handle);
 
+  /// Session::extend across the ranks: adds the nodes `grown` has beyond
+  /// the session's graph (`grown` is that graph with nodes added; an
+  /// existing node changed, its device included, is InvalidArgument naming
+  /// the first that differs). New nodes are placed as create() places; the
+  /// nodes so far keep their ranks (a new node that would move one, such as
+  /// a placed Assign of an unplaced variable, is InvalidArgument naming
+  /// both). Each worker that gets new nodes or new Sends/Recvs is sent them
+  /// as a GraphDef (also a worker that holds the graph: its serve() graph
+  /// is the old one), so a Call node placed on a worker rank is
+  /// InvalidArgument naming node and rank, and a build without GraphDef
+  /// support is Unimplemented when a worker has something to take. Nothing
+  /// changes on these errors. No step starts until every worker took its
+  /// part; steps in flight go on. If a worker fails to take its part (or
+  /// does not answer within ClusterOptions::connect_timeout) the error is
+  /// returned prefixed with its rank, later extends are
+  /// FailedPrecondition, and the signatures so far keep running. Cancelled
+  /// after close().
+  ///
+  /// Thread safety: safe while other threads run, make Callables and drive
+  /// partial runs; placement() must not be used while extend() runs.
+  Status extend(const Graph& grown);
+
   /// Ends the steps in flight (Cancelled) and every worker's serve();
   /// later runs are Cancelled. Idempotent.
   Status close();
-  /// The rank of every node of the graph (by id), as placed.
+  /// The rank of every node of the graph (by id), as placed (extend()
+  /// appends the new nodes'; not to be used while extend() runs).
   const std::vector<int>& placement() const;
 
  private:
