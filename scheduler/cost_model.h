@@ -3,6 +3,10 @@
 // thousand cycles, or a NoOp) runs inline on the thread that completed its
 // inputs; an expensive one gets a task of its own. A plan of cheap nodes
 // only runs without a flow graph: the caller calls its nodes in plan order.
+// So does, inside the pool's arena, a plan whose expensive nodes form one
+// chain (no two of them could run at once: nothing to gain from tasks, and
+// the caller, not a worker, then runs the chain while the other threads
+// take the pieces of its kernels' parallel_for).
 //
 // Measuring: a step's RunState counts each kernel's cycles on the first
 // kLearnSteps steps of every instance and on every kSampleEvery-th step
@@ -61,13 +65,27 @@ struct Policy {
   uint64_t epoch = 0;
   // Every node cheap: no flow graph, the caller runs the nodes itself.
   bool run_inline = false;
+  // Not run_inline, but the expensive nodes form one chain (each has a
+  // different number of expensive nodes on its longest path from a root)
+  // and there are few cheap ones (kSerialCheapSlack): no flow graph either;
+  // the step runs the nodes in plan order inside the arena, so that their
+  // intra-op loops have the pool. Never for partial runs, asynchronous
+  // kernels, or a model with inlining off.
+  bool serial = false;
   // Per plan node: a tbb::flow::lightweight node (runs inside its
   // predecessor's body, no task); bounded runs, see kMaxLightweightRun.
   std::vector<uint8_t> lightweight;
 };
 
-// The policy for per-node classes `cheap` (1 = cheap).
-Policy derive_policy(const Plan& plan, std::span<const uint8_t> cheap);
+// A serial plan may hold at most this many cheap nodes plus
+// kSerialCheapPerExpensive per expensive node: the cheap nodes that could
+// have run beside the chain run one after another.
+inline constexpr std::size_t kSerialCheapSlack = 64;
+inline constexpr std::size_t kSerialCheapPerExpensive = 4;
+
+// The policy for per-node classes `cheap` (1 = cheap); `allow_serial`
+// false never makes a serial policy.
+Policy derive_policy(const Plan& plan, std::span<const uint8_t> cheap, bool allow_serial = true);
 
 // Thread safety: thread-safe. record() races benignly (relaxed, a lost
 // sample is harmless); update() and current() take a mutex.
@@ -120,6 +138,7 @@ class CostModel {
   }
 
   bool learns_ = false;
+  bool inline_nodes_;
   uint64_t expensive_cycles_;
   uint64_t cheap_cycles_;
   // Per node: consecutive samples on the other side of its class boundary.

@@ -11,7 +11,7 @@ std::atomic<int64_t> g_live_instances{0};  // relaxed: a statistic for tests
 int64_t FlowInstance::live_count() { return g_live_instances.load(std::memory_order_relaxed); }
 
 FlowInstance::FlowInstance(const Plan& plan, const KernelRuntime& runtime, const Policy& policy)
-    : state_(plan, runtime), epoch_(policy.epoch), run_inline_(policy.run_inline) {
+    : state_(plan, runtime), epoch_(policy.epoch), run_inline_(policy.run_inline || policy.serial) {
   g_live_instances.fetch_add(1, std::memory_order_relaxed);
   if (run_inline_) {
     // run() / start_roots() / put_feed() call the bodies themselves.

@@ -1,8 +1,9 @@
 // FlowInstance: a Plan mapped onto a tbb::flow::graph, one continue_node per
 // plan node (tbb::flow::lightweight for the plan's lightweight nodes, which
 // run inline without a task), edges for data and control dependencies. A
-// Plan::run_inline plan gets no flow-graph nodes: the calling thread runs
-// its nodes itself, tracking readiness with per-node counts.
+// Plan::run_inline plan (or a Policy::serial one) gets no flow-graph nodes:
+// the calling thread runs its nodes itself, tracking readiness with
+// per-node counts.
 // Building one costs far more than running a small one, so instances are
 // pooled per plan (InstancePool) and reused; each owns the RunState its node
 // bodies write to.
@@ -37,12 +38,13 @@ class FlowInstance {
 
   RunState& state() { return state_; }
   // The policy epoch it was built for, and whether that policy runs every
-  // node inline (no flow-graph nodes).
+  // node inline (no flow-graph nodes: Policy::run_inline or serial).
   uint64_t epoch() const { return epoch_; }
   bool run_inline() const { return run_inline_; }
   // Triggers the roots and waits, helping, until every node has run; for a
   // Plan::run_inline plan (no flow-graph nodes), runs the nodes in order on
-  // the calling thread, which need not be inside the arena.
+  // the calling thread, which need not be inside the arena (a serial
+  // policy's step calls it inside the arena: its kernels split work).
   void run();
 
   // Asynchronous full runs (a plan with nodes, neither run_inline nor

@@ -15,8 +15,7 @@
 #include <thread>
 #include <vector>
 
-#include <oneapi/tbb/task.h>
-
+#include "scheduler/thread_pool.h"
 #include "tests/testing/op_harness.h"
 
 namespace graphrun::testing {
@@ -39,10 +38,11 @@ int probe_threads() { return 2; }
 constexpr int64_t kProbeCycles = 2'000'000;
 constexpr int64_t kExpensiveUs = 5000;
 
-// Whether the running kernel runs in a oneTBB task (a flow-graph step's
-// node, on the caller or a worker), not called by a caller running the
-// step's nodes itself.
-bool in_some_arena() { return tbb::task::current_context() != nullptr; }
+// Whether the running kernel runs inside a oneTBB arena: as a flow-graph
+// step's task (on the caller or a worker), or called in order by a serial
+// step's caller inside the pool's arena, not by a caller running an inline
+// step's nodes itself outside it.
+bool in_some_arena() { return ThreadPool::Impl::in_arena != nullptr; }
 
 // A session of `threads` with the default threshold.
 std::unique_ptr<Session> session_of(const Graph& g, int threads) {
@@ -89,7 +89,8 @@ class ProbeTest : public ::testing::Test {
     ASSERT_THAT(c.status(), IsOk());
     callable_.emplace(std::move(*c));
   }
-  // One step; whether the probe ran in a task.
+  // One step; whether the probe ran in the pool's arena (expensive) rather
+  // than on the caller outside it (cheap, an inline step).
   bool step() {
     EXPECT_THAT(callable_->run({}, {}), IsOk());
     return probe_.in_arena.load();
@@ -215,6 +216,53 @@ TEST(CostModelTest, LongChainsAroundAnExpensiveNodeRunEveryNodeOnce) {
   constexpr int kSteps = 24;
   for (int i = 0; i < kSteps; ++i) ASSERT_THAT(callable->run({}, {}), IsOk());
   EXPECT_EQ(runs.load(), int64_t{kSteps} * kNodes);
+}
+
+TEST(CostModelTest, AChainOfExpensiveCallsRunsOnTheCallingThread) {
+  // No two of them could run at once: the caller runs the chain itself (a
+  // serial policy), never a worker, at 1 and 2 threads; each node once.
+  for (const int threads : {1, 2}) {
+    constexpr int kNodes = 4;
+    Graph g;
+    std::atomic<int64_t> runs{0};
+    std::atomic<int64_t> elsewhere{0};  // bodies not on the calling thread
+    std::thread::id caller;
+    Node* prev = nullptr;
+    for (int i = 0; i < kNodes; ++i) {
+      ops::Call(
+          g, {}, {},
+          [&](std::span<const Tensor>) -> Result<std::vector<Tensor>> {
+            spin_for(50);  // far above 8000 cycles
+            if (std::this_thread::get_id() != caller) elsewhere.fetch_add(1);
+            runs.fetch_add(1);
+            return std::vector<Tensor>();
+          },
+          {}, fmt::format("n{}", i));
+      Node* node = g.mutable_node(g.num_nodes() - 1);
+      if (prev != nullptr) {
+        ASSERT_THAT(g.add_control_input(node, prev), IsOk());
+      }
+      prev = node;
+    }
+    ASSERT_THAT(g.status(), IsOk());
+    auto session = session_of(g, threads);
+    ASSERT_NE(session, nullptr);
+    Result<Callable> callable = session->make_callable({}, {}, {prev});
+    ASSERT_THAT(callable.status(), IsOk());
+    constexpr int kSteps = 50;
+    for (int i = 0; i < kSteps; ++i) {
+      caller = std::this_thread::get_id();
+      ASSERT_THAT(callable->run({}, {}), IsOk());
+      // A step on another thread: the chain follows its caller.
+      std::thread other([&] {
+        caller = std::this_thread::get_id();
+        EXPECT_THAT(session->run({}, {}, {prev}), IsOk());
+      });
+      other.join();
+    }
+    EXPECT_EQ(runs.load(), int64_t{2} * kSteps * kNodes) << threads << " threads";
+    EXPECT_EQ(elsewhere.load(), 0) << threads << " threads";
+  }
 }
 
 TEST_F(ProbeTest, InliningOffGivesEveryNodeATask) {

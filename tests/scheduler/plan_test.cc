@@ -118,6 +118,87 @@ TEST_F(PlanTest, CustomKernelsKeepTheirTask) {
   EXPECT_FALSE(lightweight(*p, y));
 }
 
+// Policy::serial: a plan whose expensive nodes form one chain runs its nodes
+// in order on the caller, inside the arena; anything that could run two
+// expensive nodes at once keeps the flow graph.
+class SerialPolicyTest : public PlanTest {
+ protected:
+  // x [64,256] through `layers` MatMuls with constant [256,256] weights.
+  static Output layers(Graph& g, Output x, int layers) {
+    for (int i = 0; i < layers; ++i) {
+      x = ops::MatMul(g, x, ops::Const(g, Tensor::filled<float>(Shape{256, 256}, 0.01f)));
+    }
+    return x;
+  }
+  static sched::Policy policy(const std::shared_ptr<const Plan>& p) { return p->costs->current(); }
+};
+
+TEST_F(SerialPolicyTest, AChainOfExpensiveNodesIsSerial) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{64, 256}, "x");
+  Output y = ops::Relu(g, layers(g, x, 4));  // Relu of 16384 elements: expensive too
+  Output single = layers(g, x, 1);
+  ASSERT_THAT(g.status(), IsOk());
+  auto p = plan(g, Signature{.feeds = {x}, .fetches = {y}});
+  ASSERT_NE(p, nullptr);
+  EXPECT_FALSE(policy(p).run_inline);
+  EXPECT_TRUE(policy(p).serial);
+  // One expensive node is a chain too.
+  auto one = plan(g, Signature{.feeds = {x}, .fetches = {single}});
+  ASSERT_NE(one, nullptr);
+  EXPECT_TRUE(policy(one).serial);
+}
+
+TEST_F(SerialPolicyTest, ExpensiveNodesThatCouldRunAtOnceAreNot) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{64, 256}, "x");
+  // A fan-out: two products of x, then their sum.
+  Output sum = ops::Add(g, layers(g, x, 1), layers(g, x, 2));
+  Output left = layers(g, x, 1);
+  Output right = layers(g, x, 1);
+  ASSERT_THAT(g.status(), IsOk());
+  auto p = plan(g, Signature{.feeds = {x}, .fetches = {sum}});
+  ASSERT_NE(p, nullptr);
+  EXPECT_FALSE(policy(p).serial);
+  // Two independent products fetched side by side.
+  auto q = plan(g, Signature{.feeds = {x}, .fetches = {left, right}});
+  ASSERT_NE(q, nullptr);
+  EXPECT_FALSE(policy(q).serial);
+}
+
+TEST_F(SerialPolicyTest, ManyCheapNodesBesideTheChainKeepTheFlowGraph) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{64, 256}, "x");
+  std::vector<Output> fetches = {layers(g, x, 1)};
+  // Cheap nodes that could run beside the product: the slack allows
+  // kSerialCheapSlack + kSerialCheapPerExpensive (the weight Const counted
+  // among them), and no more.
+  const std::size_t allowed = sched::kSerialCheapSlack + sched::kSerialCheapPerExpensive;
+  for (std::size_t i = 0; i + 1 < allowed; ++i) fetches.push_back(ops::Const(g, Tensor(1.0f)));
+  Output one_more = ops::Const(g, Tensor(1.0f));
+  ASSERT_THAT(g.status(), IsOk());
+  auto at_limit = plan(g, Signature{.feeds = {x}, .fetches = fetches});
+  ASSERT_NE(at_limit, nullptr);
+  EXPECT_TRUE(policy(at_limit).serial) << at_limit->nodes.size() << " nodes";
+  fetches.push_back(one_more);
+  auto past = plan(g, Signature{.feeds = {x}, .fetches = fetches});
+  ASSERT_NE(past, nullptr);
+  EXPECT_FALSE(policy(past).serial) << past->nodes.size() << " nodes";
+}
+
+TEST_F(SerialPolicyTest, PartialRunsAndInliningOffAreNeverSerial) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{64, 256}, "x");
+  Output y = layers(g, x, 3);
+  ASSERT_THAT(g.status(), IsOk());
+  auto partial = plan(g, Signature{.feeds = {x}, .fetches = {y}, .partial = true});
+  ASSERT_NE(partial, nullptr);
+  EXPECT_FALSE(policy(partial).serial);
+  auto off = plan(g, Signature{.feeds = {x}, .fetches = {y}, .inline_nodes = false});
+  ASSERT_NE(off, nullptr);
+  EXPECT_FALSE(policy(off).serial);
+}
+
 // The longest chain of consecutive lightweight nodes ending at each node.
 std::vector<int32_t> lightweight_runs(const Plan& p) {
   const sched::Policy policy = p.costs->current();

@@ -225,8 +225,12 @@ int64_t pieces_of(int64_t m, int64_t k, int64_t n, int threads) {
 }
 
 TEST(MatMulOpTest, MediumProductsSplitIntoOnePiecePerThread) {
-  // The seed model's layer: 4.2M multiply-adds, columns in two halves.
+  // The seed model's layer: 4.2M multiply-adds, rows in two halves of 32.
   EXPECT_EQ(pieces_of(64, 256, 256, 2), 2);
+  EXPECT_TRUE(ops_internal::plan_gemm_split(64, 256, 256, 2).split_rows);
+  // Too few rows for 32 per piece: columns.
+  EXPECT_EQ(pieces_of(48, 512, 256, 2), 2);
+  EXPECT_FALSE(ops_internal::plan_gemm_split(48, 256, 512, 2).split_rows);
   EXPECT_EQ(pieces_of(64, 256, 256, 1), 0);
   // Taller than wide: rows split.
   EXPECT_EQ(pieces_of(300, 200, 100, 2), 2);
