@@ -302,6 +302,7 @@ Result<std::shared_ptr<const Plan>> build_plan(const Graph& graph, const Signatu
     // NoOp does nothing: its body skips the kernel call.
     item.skip_kernel = n->op() == "NoOp";
     item.async = !item.skip_kernel && item.kernel->as_async() != nullptr;
+    plan->has_async = plan->has_async || item.async;
   }
   const int32_t feed_base = slot;
   for (std::size_t f = 0; f < sig.feeds.size(); ++f) {

@@ -79,6 +79,8 @@ struct Plan {
   // (a trace shows every node).
   std::vector<std::unique_ptr<OpKernel>> fused_kernels;
   int32_t fused_nodes = 0;
+  // Some node is an asynchronous kernel (NodeItem::async).
+  bool has_async = false;
   Signature unfused;
   // What the plan learns about its kernels' cost and how its nodes run
   // (scheduler/cost_model.h): a node is lightweight (runs inline on the

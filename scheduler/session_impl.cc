@@ -7,9 +7,13 @@
 #include "scheduler/partial_run.h"
 
 #include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/task.h>
 
 #include <algorithm>
 #include <array>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
 #include <thread>
 #include <unordered_set>
 
@@ -602,6 +606,11 @@ Status SessionImpl::execute(PlanEntry& entry, std::span<const Tensor> feeds, std
     return execute(*twin, feeds, out, options, metadata);
   }
 
+  if (plan.has_async && ThreadPool::Impl::current == nullptr &&
+      ThreadPool::Impl::in_arena == nullptr && tbb::task::current_context() == nullptr) {
+    return execute_waiting_outside(entry, feeds, out, options, metadata);
+  }
+
   Status status;
   const bool run_inline = plan.costs->run_inline() && !control.trace;
   auto step = [&] {
@@ -636,6 +645,29 @@ Status SessionImpl::execute(PlanEntry& entry, std::span<const Tensor> feeds, std
   GRAPHRUN_RETURN_IF_ERROR(
       run_step(run_inline, control.trace, wait_limits(control.deadline, options.stop_token), step));
   return status;
+}
+
+Status SessionImpl::execute_waiting_outside(PlanEntry& entry, std::span<const Tensor> feeds,
+                                            std::span<Tensor> out, const RunOptions& options,
+                                            RunMetadata* metadata) {
+  struct Wait {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::optional<Result<std::vector<Tensor>>> result;  // set once done
+  } wait;
+  // The caller's lease (or Callable) keeps `entry` alive until this returns.
+  execute_async(entry, PlanLease(), nullptr, std::vector<Tensor>(feeds.begin(), feeds.end()),
+                options, [&wait, metadata](Result<std::vector<Tensor>> r, RunMetadata* m) {
+                  if (metadata != nullptr && m != nullptr) *metadata = std::move(*m);
+                  const std::lock_guard lock(wait.mu);
+                  wait.result.emplace(std::move(r));
+                  wait.cv.notify_one();
+                });
+  std::unique_lock lock(wait.mu);
+  wait.cv.wait(lock, [&wait] { return wait.result.has_value(); });
+  GRAPHRUN_RETURN_IF_ERROR(wait.result->status());
+  std::move((*wait.result)->begin(), (*wait.result)->end(), out.begin());
+  return Status::ok();
 }
 
 Result<std::vector<Tensor>> SessionImpl::run(const FeedList& feeds,

@@ -79,6 +79,16 @@ class SessionImpl {
   // One step of `entry` with positional feeds; fetches written to `out`.
   Status execute(PlanEntry& entry, std::span<const Tensor> feeds, std::span<Tensor> out,
                  const RunOptions& options, RunMetadata* metadata);
+  // execute() for a plan with asynchronous kernels (Recvs, collectives)
+  // called from a thread outside every arena: an asynchronous step, waited
+  // for outside the arena. Waiting inside, the caller could be handed
+  // another caller's step (oneTBB runs an arena-entering caller's functor
+  // on a thread already inside when the workers took its slots) and stay
+  // nested in it while that step waits for another process, which may wait
+  // for this caller's next step: a deadlock across processes.
+  Status execute_waiting_outside(PlanEntry& entry, std::span<const Tensor> feeds,
+                                 std::span<Tensor> out, const RunOptions& options,
+                                 RunMetadata* metadata);
   // Checks feed values against the tensors they replace.
   static Status check_feeds(const Plan& plan, std::span<const Tensor> feeds);
   // Checks one value against feed `f` of `plan` (dtype, static shape).

@@ -246,6 +246,54 @@ TEST_P(AsyncKernelTest, SuccessorsRunOnTheSessionsThreadsNotTheKernels) {
   for (std::thread::id id : ran_on) EXPECT_FALSE(threads_.ran_on_one(id));
 }
 
+// A blocking caller of a plan with an asynchronous kernel waits outside the
+// pool: its step runs on the pool's own threads, never nested in the
+// caller's wait, where oneTBB could also hand it another caller's step (and
+// across processes, steps that wait for each other would then deadlock).
+// Kernels called from inside the pool keep helping as before.
+TEST_P(AsyncKernelTest, BlockingCallersWaitOutsideThePool) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  std::mutex mu;
+  std::vector<std::thread::id> started_on;
+  Output a = async_node(
+      g, x,
+      [&]() -> std::unique_ptr<OpKernel> {
+        class Recording final : public AsyncOpKernel {
+         public:
+          Recording(std::mutex& mu, std::vector<std::thread::id>& on) : mu_(mu), on_(on) {}
+          void compute_async(OpKernelContext& ctx, Done done) override {
+            {
+              const std::lock_guard lock(mu_);
+              on_.push_back(std::this_thread::get_id());
+            }
+            done(LaterKernel::add_one(ctx));
+          }
+
+         private:
+          std::mutex& mu_;
+          std::vector<std::thread::id>& on_;
+        };
+        return std::make_unique<Recording>(mu, started_on);
+      },
+      "a");
+  auto s = session_with_threads(g, GetParam());
+  Result<Callable> callable = s->make_callable({x}, {a});
+  ASSERT_THAT(callable.status(), IsOk());
+  for (int i = 0; i < 10; ++i) {
+    auto r = s->run({{x, Tensor(1.0f)}}, {a});
+    ASSERT_THAT(r, IsOk());
+    EXPECT_EQ((*r)[0].scalar<float>(), 2.0f);
+    const Tensor feeds[] = {Tensor(2.0f)};
+    Tensor out[1];
+    ASSERT_THAT(callable->run(feeds, out), IsOk());
+    EXPECT_EQ(out[0].scalar<float>(), 3.0f);
+  }
+  const std::lock_guard lock(mu);
+  ASSERT_EQ(started_on.size(), 20u);
+  for (std::thread::id id : started_on) EXPECT_NE(id, std::this_thread::get_id());
+}
+
 // Four kernels that finish only when all four have started: a blocking
 // kernel would hold one of the session's one or two threads until the
 // others start, which they never could.
