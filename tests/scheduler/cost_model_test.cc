@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <thread>
@@ -51,6 +52,27 @@ std::unique_ptr<Session> session_of(const Graph& g, int threads) {
   Result<std::unique_ptr<Session>> s = Session::create(g, options);
   EXPECT_THAT(s.status(), IsOk());
   return s.is_ok() ? std::move(*s) : nullptr;
+}
+
+// A chain of `n` Call nodes n0 -> n1 -> ... (control edges), node i running
+// body(i); returns the last (null if the graph refused a node: g.status()).
+const Node* call_chain(Graph& g, int n, std::function<void(int)> body) {
+  auto shared = std::make_shared<std::function<void(int)>>(std::move(body));
+  Node* prev = nullptr;
+  for (int i = 0; i < n; ++i) {
+    ops::Call(
+        g, {}, {},
+        [shared, i](std::span<const Tensor>) -> Result<std::vector<Tensor>> {
+          (*shared)(i);
+          return std::vector<Tensor>();
+        },
+        {}, fmt::format("n{}", i));
+    if (!g.status().is_ok()) return nullptr;
+    Node* node = g.mutable_node(g.num_nodes() - 1);
+    if (prev != nullptr && !g.add_control_input(node, prev).is_ok()) return nullptr;
+    prev = node;
+  }
+  return prev;
 }
 
 // One Call node whose body reports where it ran and spins `*work_us`.
@@ -191,24 +213,12 @@ TEST(CostModelTest, LongChainsAroundAnExpensiveNodeRunEveryNodeOnce) {
   constexpr int kNodes = 20000;
   Graph g;
   std::atomic<int64_t> runs{0};
-  Node* prev = nullptr;
-  for (int i = 0; i < kNodes; ++i) {
-    const bool expensive = i == kNodes / 2;
-    ops::Call(
-        g, {}, {},
-        [&runs, expensive](std::span<const Tensor>) -> Result<std::vector<Tensor>> {
-          if (expensive) spin_for(100);
-          runs.fetch_add(1, std::memory_order_relaxed);
-          return std::vector<Tensor>();
-        },
-        {}, fmt::format("n{}", i));
-    Node* node = g.mutable_node(g.num_nodes() - 1);
-    if (prev != nullptr) {
-      ASSERT_THAT(g.add_control_input(node, prev), IsOk());
-    }
-    prev = node;
-  }
+  const Node* prev = call_chain(g, kNodes, [&runs](int i) {
+    if (i == kNodes / 2) spin_for(100);
+    runs.fetch_add(1, std::memory_order_relaxed);
+  });
   ASSERT_THAT(g.status(), IsOk());
+  ASSERT_NE(prev, nullptr);
   auto session = session_of(g, 2);
   ASSERT_NE(session, nullptr);
   Result<Callable> callable = session->make_callable({}, {}, {prev});
@@ -227,24 +237,13 @@ TEST(CostModelTest, AChainOfExpensiveCallsRunsOnTheCallingThread) {
     std::atomic<int64_t> runs{0};
     std::atomic<int64_t> elsewhere{0};  // bodies not on the calling thread
     std::thread::id caller;
-    Node* prev = nullptr;
-    for (int i = 0; i < kNodes; ++i) {
-      ops::Call(
-          g, {}, {},
-          [&](std::span<const Tensor>) -> Result<std::vector<Tensor>> {
-            spin_for(50);  // far above 8000 cycles
-            if (std::this_thread::get_id() != caller) elsewhere.fetch_add(1);
-            runs.fetch_add(1);
-            return std::vector<Tensor>();
-          },
-          {}, fmt::format("n{}", i));
-      Node* node = g.mutable_node(g.num_nodes() - 1);
-      if (prev != nullptr) {
-        ASSERT_THAT(g.add_control_input(node, prev), IsOk());
-      }
-      prev = node;
-    }
+    const Node* prev = call_chain(g, kNodes, [&](int) {
+      spin_for(50);  // far above 8000 cycles
+      if (std::this_thread::get_id() != caller) elsewhere.fetch_add(1);
+      runs.fetch_add(1);
+    });
     ASSERT_THAT(g.status(), IsOk());
+    ASSERT_NE(prev, nullptr);
     auto session = session_of(g, threads);
     ASSERT_NE(session, nullptr);
     Result<Callable> callable = session->make_callable({}, {}, {prev});

@@ -34,19 +34,7 @@ Result<std::unique_ptr<Partition>> Partition::adopt(Graph local, int rank, int64
   GRAPHRUN_ASSIGN_OR_RETURN(p->step_, p->local_.find_output(step_name));
   p->step_name_ = p->step_.node()->name();
   for (int id = 0; id < p->local_.num_nodes(); ++id) {
-    const Node& n = *p->local_.node(id);
-    const bool send = n.op() == "MpiPartitionSend";
-    if (!send && n.op() != "MpiPartitionRecv") continue;
-    GRAPHRUN_ASSIGN_OR_RETURN(int64_t edge, n.attr<int64_t>("edge"));
-    if (edge < 0 || edge >= kMaxEdges) {
-      return invalid_argument("{}: edge {} is out of range", n.describe(), edge);
-    }
-    if (send) {
-      p->sends_[static_cast<int>(edge)] = n.name();
-    } else {
-      p->recvs_[static_cast<int>(edge)] = n.output(0).name();
-    }
-    p->next_edge_ = std::max(p->next_edge_, static_cast<int>(edge) + 1);
+    GRAPHRUN_RETURN_IF_ERROR(p->note_transfer(*p->local_.node(id)));
   }
   return p;
 }
@@ -125,6 +113,22 @@ const std::string* variable_of(const Node& node) {
 }
 
 }  // namespace
+
+Status Partition::note_transfer(const Node& n) {
+  const bool send = n.op() == "MpiPartitionSend";
+  if (!send && n.op() != "MpiPartitionRecv") return Status::ok();
+  GRAPHRUN_ASSIGN_OR_RETURN(int64_t edge, n.attr<int64_t>("edge"));
+  if (edge < 0 || edge >= kMaxEdges) {
+    return invalid_argument("{}: edge {} is out of range", n.describe(), edge);
+  }
+  if (send) {
+    sends_[static_cast<int>(edge)] = n.name();
+  } else {
+    recvs_[static_cast<int>(edge)] = n.output(0).name();
+  }
+  next_edge_ = std::max(next_edge_, static_cast<int>(edge) + 1);
+  return Status::ok();
+}
 
 Status Partition::add_send(const CrossEdge& e, Output x) {
   NodeSpec spec =
@@ -585,18 +589,7 @@ Status Partition::import(const Graph& delta, const std::vector<Stub>& stubs) {
           n.describe());
     }
     mine.emplace(&n, *added);
-    const bool send = n.op() == "MpiPartitionSend";
-    if (!send && n.op() != "MpiPartitionRecv") continue;
-    GRAPHRUN_ASSIGN_OR_RETURN(int64_t edge, n.attr<int64_t>("edge"));
-    if (edge < 0 || edge >= kMaxEdges) {
-      return invalid_argument("{}: edge {} is out of range", n.describe(), edge);
-    }
-    if (send) {
-      sends_[static_cast<int>(edge)] = (*added)->name();
-    } else {
-      recvs_[static_cast<int>(edge)] = (*added)->output(0).name();
-    }
-    next_edge_ = std::max(next_edge_, static_cast<int>(edge) + 1);
+    GRAPHRUN_RETURN_IF_ERROR(note_transfer(**added));
   }
   return local_.status();
 }

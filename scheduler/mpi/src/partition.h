@@ -124,6 +124,9 @@ class Partition {
   Status add_own_nodes(int first);
   // The local Recv output of the static edge (node, output) into this rank.
   Result<Output> recv_of(int node, int output) const;
+  // Records `n`, a node of the local graph, when it is a partition Send or
+  // Recv (by its op and `edge` attribute); other nodes are left alone.
+  Status note_transfer(const Node& n);
   std::string fresh_name(const std::string& base) const;
 
   const Graph* global_;  // null for an adopted part
