@@ -326,8 +326,11 @@ TEST_F(MpiTest, ADeadlineOrCloseEndsAStepWaitingForPeersSkippedOnOneRank) {
   Output lonely = ops::AllReduce(g, x, mpi::Reduction::kSum, "lonely");
   Output lonely2 = ops::AllReduce(g, x, mpi::Reduction::kSum, "lonely2");
   auto s = session_with_threads(g);
+  // Long enough for the step to reach the collective on a loaded machine (a
+  // blocking call of a plan with asynchronous kernels runs on the pool's
+  // workers, which must be scheduled first).
   RunOptions short_deadline;
-  short_deadline.timeout = 100ms;
+  short_deadline.timeout = 500ms;
   const auto start = std::chrono::steady_clock::now();
   EXPECT_THAT(s->run({}, {lonely}, {}, short_deadline),
               StatusIs(StatusCode::kDeadlineExceeded, "'lonely'"));

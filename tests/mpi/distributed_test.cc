@@ -568,7 +568,8 @@ TEST_F(DistributedTest, MisuseIsReportedOnTheDriver) {
   across_ranks(t.g, [&](mpi::DistributedSession& s) {
     EXPECT_THAT(s.run({}, {"nope:0"}), StatusIs(StatusCode::kNotFound, "nope"));
     EXPECT_THAT(s.run({}, {}, {"nope"}), StatusIs(StatusCode::kNotFound, "nope"));
-    EXPECT_THAT(s.run({}, {}), StatusIs(StatusCode::kInvalidArgument, "fetch or target"));
+    EXPECT_THAT(s.run({}, {}),
+                StatusIs(StatusCode::kInvalidArgument, "at least one target to fetch or execute"));
     // x is not fed: the error of rank 0's own part.
     EXPECT_THAT(s.run({}, {t.sum}, {}, bounded()), StatusIs(StatusCode::kInvalidArgument, "'x'"));
   });

@@ -451,7 +451,7 @@ Result<std::shared_ptr<const Signature>> DistributedSession::Impl::plan(
     stack.push_back(n->id());
   }
   if (fetched.empty() && targeted.empty()) {
-    return invalid_argument("run() needs at least one fetch or target");
+    return invalid_argument("Must specify at least one target to fetch or execute.");
   }
   const std::vector<char> needed = walk_back(g, std::move(stack), [&](const Output& in) {
     return fed.count({in.node()->id(), in.index()}) != 0;
@@ -996,6 +996,11 @@ Result<std::vector<Tensor>> DistributedSession::partial_run(PartialRun& handle,
   const std::shared_ptr<PartialRun::State> st = handle.state_;
   if (st == nullptr) return invalid_argument("an empty partial run handle");
   if (st->impl != impl_) return invalid_argument("a partial run handle of another session");
+  {
+    // As TF: a closed session first (its workers are gone: nothing to ask).
+    const std::lock_guard lock(s.mu);
+    if (s.closed) return cancelled("Session has been closed.");
+  }
   std::unique_lock call(st->call_mu, std::try_to_lock);
   if (!call.owns_lock()) {
     return failed_precondition("another call on this partial run is in progress");
