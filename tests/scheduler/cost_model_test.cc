@@ -16,6 +16,8 @@
 #include <thread>
 #include <vector>
 
+#include <oneapi/tbb/task.h>
+
 #include "scheduler/thread_pool.h"
 #include "tests/testing/op_harness.h"
 
@@ -43,7 +45,9 @@ constexpr int64_t kExpensiveUs = 5000;
 // step's task (on the caller or a worker), or called in order by a serial
 // step's caller inside the pool's arena, not by a caller running an inline
 // step's nodes itself outside it.
-bool in_some_arena() { return ThreadPool::Impl::in_arena != nullptr; }
+bool in_some_arena() {
+  return ThreadPool::Impl::in_arena != nullptr || tbb::task::current_context() != nullptr;
+}
 
 // A session of `threads` with the default threshold.
 std::unique_ptr<Session> session_of(const Graph& g, int threads) {
