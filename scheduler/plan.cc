@@ -6,11 +6,6 @@
 #include <unordered_map>
 
 namespace graphrun::sched {
-namespace {
-
-int64_t feed_key(const Output& o) {
-  return (static_cast<int64_t>(o.node()->id()) << 20) | o.index();
-}
 
 std::string placeholder_message(const Node& n) {
   auto dtype = n.attr<DType>("dtype");
@@ -20,6 +15,12 @@ std::string placeholder_message(const Node& n) {
   if (shape.is_ok() && !shape->is_unknown_rank())
     msg += fmt::format(" and shape {}", shape->to_string());
   return msg;
+}
+
+namespace {
+
+int64_t feed_key(const Output& o) {
+  return (static_cast<int64_t>(o.node()->id()) << 20) | o.index();
 }
 
 // Which declared feeds each node, fetch and target depends on, and where

@@ -109,6 +109,10 @@ struct Plan {
 // Makes (or returns the cached) kernel of a node; errors name the node.
 using KernelProvider = std::function<Result<OpKernel*>(const Node&)>;
 
+// TensorFlow's message for a needed Placeholder `n` that is not fed (its
+// name, dtype and shape).
+std::string placeholder_message(const Node& n);
+
 // Prunes, checks and compiles. Errors: a needed Placeholder not fed (names
 // it with dtype and shape), a cycle (names nodes on it), kernel creation.
 Result<std::shared_ptr<const Plan>> build_plan(const Graph& graph, const Signature& signature,

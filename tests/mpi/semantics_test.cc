@@ -254,6 +254,7 @@ TEST_F(SemanticsAcrossRanksTest, RunPrunesFeedsAnyTensorAndNamesAnUnfedPlacehold
     // Only what the fetches need: the counter is read, nothing else runs.
     s.run("count", {}, {m.count});
     s.run("needs y", {}, {far_sum});
+    s.run("needs x", {}, {m.head});
     s.run("y fed", {{y, Tensor(41.0f)}}, {far_sum});
     s.run("nothing", {}, {});
     s.run("wrong dtype", {{m.x, Tensor::matrix<int32_t>({{1, 2}, {3, 4}})}}, {m.head});
@@ -350,11 +351,14 @@ TEST_F(SemanticsAcrossRanksTest, MisuseLeavesThePartialRunUsable) {
     s.call("not yet computable", {}, {far_sum});
     s.call("undeclared feed", {{"stage:0", Tensor::matrix<float>({{1, 1}, {1, 1}})}}, {});
     s.call("undeclared fetch", {{m.x, kX}}, {"x:0"});
+    s.call("x of the wrong dtype", {{m.x, Tensor::matrix<int32_t>({{1, 2}, {3, 4}})}}, {m.head});
+    s.call("y of the wrong shape", {{y, Tensor{1.0f, 2.0f}}}, {});
     s.call("feed x, fetch head", {{m.x, kX}}, {m.head});
     s.call("x again", {{m.x, kX}}, {});
     s.call("head again", {}, {m.head});
     s.call("feed y, fetch the sum", {{y, Tensor(1.5f)}}, {far_sum});
     s.call("after the end", {}, {m.head});
+    s.run("count", {}, {m.count});
   });
 }
 

@@ -31,6 +31,7 @@
 #include "scheduler/mpi/src/engine.h"
 #include "scheduler/mpi/src/partition.h"
 #include "scheduler/mpi/src/ship.h"
+#include "scheduler/plan.h"
 
 namespace graphrun::mpi {
 
@@ -139,6 +140,25 @@ struct Step {
   std::set<int> reported;    // guarded by mu
 };
 
+namespace {
+
+// The check a Session makes of a fed value (the same message), made by the
+// driver before any rank starts: a far part must not run a step that one
+// process refuses.
+Status check_feed_value(const std::string& name, DType dtype, const Shape& shape,
+                        const Tensor& value) {
+  if (!value.is_initialized()) {
+    return invalid_argument("feed '{}': the value is an empty (uninitialized) tensor", name);
+  }
+  if (value.dtype() != dtype || !value.shape().is_compatible_with(shape)) {
+    return invalid_argument("feed '{}' expects {}{}, got {}", name, dtype_name(dtype),
+                            shape.to_string(), value.debug_type());
+  }
+  return Status::ok();
+}
+
+}  // namespace
+
 struct Signature {
   struct Part {
     int rank = 0;
@@ -146,6 +166,8 @@ struct Signature {
   };
   std::vector<int> feed_rank;  // per feed
   std::vector<std::string> feed_name;
+  std::vector<DType> feed_dtype;  // of the fed tensor
+  std::vector<Shape> feed_shape;
   std::vector<std::string> local_fetches;
   std::vector<std::string> local_targets;
   std::vector<Part> parts;  // workers with something to do
@@ -433,6 +455,8 @@ Result<std::shared_ptr<const Signature>> DistributedSession::Impl::plan(
     fed.emplace(o.node()->id(), o.index());
     sig->feed_rank.push_back(partition->rank_of(o.node()->id()));
     sig->feed_name.push_back(o.name());
+    sig->feed_dtype.push_back(o.dtype());
+    sig->feed_shape.push_back(o.shape());
   }
   // What the step needs: back from the fetches and targets, stopping at
   // fed tensors.
@@ -456,6 +480,13 @@ Result<std::shared_ptr<const Signature>> DistributedSession::Impl::plan(
   const std::vector<char> needed = walk_back(g, std::move(stack), [&](const Output& in) {
     return fed.count({in.node()->id(), in.index()}) != 0;
   });
+  // As one process, before any rank starts: a far part must not run (and
+  // act on its variables) for a step that an unfed placeholder ends.
+  for (int id = 0; id < g.num_nodes(); ++id) {
+    if (needed[static_cast<std::size_t>(id)] != 0 && g.node(id)->op() == "Placeholder") {
+      return invalid_argument("{}", sched::placeholder_message(*g.node(id)));
+    }
+  }
   const int ranks = world->size();
   std::vector<std::vector<int>> sends(static_cast<std::size_t>(ranks));
   std::vector<std::vector<std::string>> targets_of(static_cast<std::size_t>(ranks));
@@ -673,6 +704,10 @@ Result<std::vector<Tensor>> DistributedSession::Impl::execute(
     if (s.closed) return cancelled("Session has been closed.");
     if (sig == nullptr) {
       GRAPHRUN_ASSIGN_OR_RETURN(sig, s.plan(*feeds, *fetches, *targets));
+    }
+    for (std::size_t k = 0; k < values.size() && k < sig->feed_name.size(); ++k) {
+      GRAPHRUN_RETURN_IF_ERROR(
+          check_feed_value(sig->feed_name[k], sig->feed_dtype[k], sig->feed_shape[k], values[k]));
     }
     id = s.next_step++;
     for (const Signature::Part& p : sig->parts) step->workers.push_back(p.rank);
@@ -1026,6 +1061,7 @@ Result<std::vector<Tensor>> DistributedSession::partial_run(PartialRun& handle,
         std::find(feed_ids.begin(), feed_ids.end(), id) != feed_ids.end()) {
       return invalid_argument("The feed '{}' has already been fed.", o.name());
     }
+    GRAPHRUN_RETURN_IF_ERROR(check_feed_value(o.name(), o.dtype(), o.shape(), f.value));
     feed_ids.push_back(id);
   }
   for (const TensorRef& f : fetches) {
