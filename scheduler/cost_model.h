@@ -103,6 +103,11 @@ class CostModel {
   Policy current() const;
   // Whether this plan learns at all (partial-run plans do not).
   bool learns() const { return learns_; }
+  // A full plan with asynchronous kernels whose other nodes are all cheap
+  // by their kernels' own estimate (inlining on): a blocking caller outside
+  // every arena runs it on its own thread, waiting there for the
+  // asynchronous kernels (FlowInstance::run_waiting).
+  bool waits_inline() const { return waits_inline_; }
 
   // One measured execution of node `i`'s kernel.
   void record(int32_t i, uint64_t cycles) noexcept {
@@ -138,6 +143,7 @@ class CostModel {
   }
 
   bool learns_ = false;
+  bool waits_inline_ = false;
   bool inline_nodes_;
   uint64_t expensive_cycles_;
   uint64_t cheap_cycles_;

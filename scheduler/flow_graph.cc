@@ -1,5 +1,10 @@
 #include "scheduler/flow_graph.h"
 
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
+
 namespace graphrun::sched {
 
 using tbb::flow::continue_msg;
@@ -163,6 +168,136 @@ void FlowInstance::run() {
   completion_ = nullptr;  // a blocking run waits for the graph instead
   for (tbb::flow::receiver<continue_msg>* root : roots_) root->try_put(continue_msg());
   graph_.wait_for_all();
+}
+
+namespace {
+// How long run_waiting yields before it sleeps on its condition variable:
+// a message already on its way ends a Recv within microseconds, and a
+// sleeping thread costs a futex wake-up (5-20 us on a VM) on top.
+constexpr auto kWaitSpin = std::chrono::microseconds(50);
+
+// The asynchronous kernels of one run_waiting that have finished, not yet
+// ended on the waiting thread; and the helpers they lent it.
+struct Finished final : internal::WaitSink {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int32_t> nodes;        // guarded by mu
+  std::atomic<int32_t> count{0};     // nodes.size(), read without the lock
+  std::vector<WaitHelper*> helpers;  // the waiting thread's only
+
+  void lend(WaitHelper& helper) override { helpers.push_back(&helper); }
+
+  static void notify(void* self, int32_t i) {
+    auto* f = static_cast<Finished*>(self);
+    // Under the lock to the end: once it is released, the waiter may go.
+    const std::lock_guard lock(f->mu);
+    f->nodes.push_back(i);
+    f->count.fetch_add(1, std::memory_order_release);
+    f->cv.notify_one();
+  }
+  void poll_helpers() {
+    for (std::size_t k = 0; k < helpers.size();) {
+      if (helpers[k]->poll()) {
+        helpers[k] = helpers.back();
+        helpers.pop_back();
+      } else {
+        ++k;
+      }
+    }
+  }
+  void release_helpers() {
+    for (WaitHelper* h : helpers) h->release();
+    helpers.clear();
+  }
+  // Waits for at least one and moves them all into `out`: a while testing
+  // the lent helpers (or yielding the core), then asleep, the helpers
+  // released.
+  void take(std::vector<int32_t>& out) {
+    const auto spin_until = std::chrono::steady_clock::now() + kWaitSpin;
+    while (count.load(std::memory_order_acquire) == 0) {
+      if (std::chrono::steady_clock::now() >= spin_until) {
+        release_helpers();
+        break;
+      }
+      if (helpers.empty()) {
+        std::this_thread::yield();
+      } else {
+        poll_helpers();
+      }
+    }
+    std::unique_lock lock(mu);
+    cv.wait(lock, [this] { return !nodes.empty(); });
+    out.swap(nodes);
+    nodes.clear();
+    count.store(0, std::memory_order_relaxed);
+  }
+};
+
+// Sets the calling thread's wait sink for a scope.
+class LendingTo {
+ public:
+  explicit LendingTo(internal::WaitSink* sink) : saved_(internal::current_wait_sink()) {
+    internal::current_wait_sink() = sink;
+  }
+  LendingTo(const LendingTo&) = delete;
+  LendingTo& operator=(const LendingTo&) = delete;
+  ~LendingTo() { internal::current_wait_sink() = saved_; }
+
+ private:
+  internal::WaitSink* saved_;
+};
+}  // namespace
+
+void FlowInstance::run_waiting() {
+  const Plan& plan = state_.plan();
+  const std::size_t n = plan.nodes.size();
+  // Any ready node runs (or starts) before the thread waits: kernels that
+  // finish only together all get started.
+  pending_.resize(n);
+  ready_.clear();
+  for (std::size_t i = n; i-- > 0;) {
+    pending_[i] = plan.nodes[i].num_preds;
+    if (pending_[i] == 0) ready_.push_back(static_cast<int32_t>(i));
+  }
+  auto release = [&](int32_t j) {
+    const NodeItem& item = plan.nodes[static_cast<std::size_t>(j)];
+    for (int32_t k = item.succ_begin; k < item.succ_end; ++k) {
+      const int32_t s = plan.successors[static_cast<std::size_t>(k)];
+      if (--pending_[static_cast<std::size_t>(s)] == 0) ready_.push_back(s);
+    }
+  };
+  Finished finished;
+  std::vector<int32_t> ended;
+  int32_t outstanding = 0;
+  for (;;) {
+    while (!ready_.empty()) {
+      const int32_t i = ready_.back();
+      ready_.pop_back();
+      if (!plan.nodes[static_cast<std::size_t>(i)].async) {
+        state_.execute(i);
+        release(i);
+        continue;
+      }
+      ++outstanding;
+      // Only the asynchronous kernel's start sees the sink: a nested step
+      // in another node's kernel must not lend work to this thread.
+      const LendingTo lending(&finished);
+      if (!state_.execute_async(i, &Finished::notify, &finished)) {
+        Finished::notify(&finished, i);  // skipped: ends now
+      }
+    }
+    if (outstanding == 0) {
+      finished.release_helpers();  // none left when every kernel is done
+      return;
+    }
+    finished.take(ended);
+    for (const int32_t j : ended) {
+      state_.finish_async(j);
+      --outstanding;
+      release(j);
+    }
+    ended.clear();
+  }
 }
 
 void FlowInstance::start(Completion done, void* arg) {

@@ -57,6 +57,13 @@ class FlowInstance {
   using Completion = void (*)(void*);
   void start(Completion done, void* arg);
 
+  // Full plans whose model waits_inline(): runs every ready node on the
+  // calling thread (starting the asynchronous kernels among them) and,
+  // when none is ready, waits here for an asynchronous kernel to finish
+  // (a short yield loop, then a condition variable). Only for a thread
+  // outside every arena: it may wait. Returns when every node has run.
+  void run_waiting();
+
   // Partial runs (plans with Plan::partial): trigger the roots that need no
   // feed without waiting; put feed `f`'s entry node (its readers may then
   // run); wait until the graph is quiet. For a run_inline plan, start_roots
@@ -144,7 +151,8 @@ class FlowInstance {
   std::atomic<int32_t> pending_leaves_{0};
   Completion completion_ = nullptr;
   void* completion_arg_ = nullptr;
-  // Inline partial runs: per node, predecessors and feeds still missing;
+  // Inline partial runs: per node, predecessors and feeds still missing
+  // (run_waiting: asynchronous predecessors not yet ended);
   // per node, its sinks (fetch k, or fetches + t for target t), as ranges
   // into inline_sinks_; nodes ready to run.
   std::vector<int32_t> pending_;

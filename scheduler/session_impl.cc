@@ -606,13 +606,20 @@ Status SessionImpl::execute(PlanEntry& entry, std::span<const Tensor> feeds, std
     return execute(*twin, feeds, out, options, metadata);
   }
 
+  // A step with asynchronous kernels never holds an arena's thread while
+  // it waits for one (a Recv waits for another process): a blocking caller
+  // outside every arena waits outside, running the step itself when every
+  // other node is cheap.
+  bool waiting = false;
   if (plan.has_async && ThreadPool::Impl::current == nullptr &&
       ThreadPool::Impl::in_arena == nullptr && tbb::task::current_context() == nullptr) {
-    return execute_waiting_outside(entry, feeds, out, options, metadata);
+    if (!plan.costs->waits_inline() || control.trace)
+      return execute_waiting_outside(entry, feeds, out, options, metadata);
+    waiting = true;
   }
 
   Status status;
-  const bool run_inline = plan.costs->run_inline() && !control.trace;
+  const bool run_inline = waiting || (plan.costs->run_inline() && !control.trace);
   auto step = [&] {
     // Flow graphs are built and destroyed in the arena (the nested entry
     // is cheap from inside it and rare from an inline step).
@@ -626,7 +633,9 @@ Status SessionImpl::execute(PlanEntry& entry, std::span<const Tensor> feeds, std
       const auto on_stop = on_stop_requested(options.stop_token, [&state] {
         state.record_error(cancelled("the run was cancelled by its caller"));
       });
-      if (!plan.nodes.empty()) {
+      if (waiting) {
+        inst->run_waiting();
+      } else if (!plan.nodes.empty()) {
         if (run_inline && !inst->run_inline()) {
           in_arena([&] { inst->run(); });  // the policy changed since run_inline was read
         } else {

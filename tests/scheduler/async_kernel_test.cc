@@ -6,11 +6,13 @@
 // deadlock.
 #include <graphrun/graphrun.h>
 #include <gtest/gtest.h>
+#include <oneapi/tbb/task.h>
 
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <set>
 #include <stdexcept>
@@ -246,52 +248,216 @@ TEST_P(AsyncKernelTest, SuccessorsRunOnTheSessionsThreadsNotTheKernels) {
   for (std::thread::id id : ran_on) EXPECT_FALSE(threads_.ran_on_one(id));
 }
 
-// A blocking caller of a plan with an asynchronous kernel waits outside the
-// pool: its step runs on the pool's own threads, never nested in the
-// caller's wait, where oneTBB could also hand it another caller's step (and
+// A blocking caller of a plan with an asynchronous kernel never waits
+// inside the pool, where oneTBB could hand it another caller's step (and
 // across processes, steps that wait for each other would then deadlock).
-// Kernels called from inside the pool keep helping as before.
+// When every other node is cheap it runs the step itself, outside every
+// arena, and waits for the kernel there (no thread hand-off: a message's
+// round trip costs no wake-up); otherwise the step runs on the pool's own
+// threads. Kernels called from inside the pool keep helping as before.
 TEST_P(AsyncKernelTest, BlockingCallersWaitOutsideThePool) {
+  struct Start {
+    std::thread::id thread;
+    bool in_task;  // inside a oneTBB task (a pool's thread, or a waiter in one)
+  };
+  std::mutex mu;
+  auto recording = [&mu](std::vector<Start>& starts) {
+    return [&mu, &starts]() -> std::unique_ptr<OpKernel> {
+      class Recording final : public AsyncOpKernel {
+       public:
+        Recording(std::mutex& mu, std::vector<Start>& on) : mu_(mu), on_(on) {}
+        void compute_async(OpKernelContext& ctx, Done done) override {
+          {
+            const std::lock_guard lock(mu_);
+            on_.push_back({std::this_thread::get_id(), tbb::task::current_context() != nullptr});
+          }
+          done(LaterKernel::add_one(ctx));
+        }
+
+       private:
+        std::mutex& mu_;
+        std::vector<Start>& on_;
+      };
+      return std::make_unique<Recording>(mu, starts);
+    };
+  };
   Graph g;
   Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
-  std::mutex mu;
-  std::vector<std::thread::id> started_on;
-  Output a = async_node(
-      g, x,
-      [&]() -> std::unique_ptr<OpKernel> {
-        class Recording final : public AsyncOpKernel {
-         public:
-          Recording(std::mutex& mu, std::vector<std::thread::id>& on) : mu_(mu), on_(on) {}
-          void compute_async(OpKernelContext& ctx, Done done) override {
-            {
-              const std::lock_guard lock(mu_);
-              on_.push_back(std::this_thread::get_id());
-            }
-            done(LaterKernel::add_one(ctx));
-          }
-
-         private:
-          std::mutex& mu_;
-          std::vector<std::thread::id>& on_;
-        };
-        return std::make_unique<Recording>(mu, started_on);
+  std::vector<Start> alone;  // `a`: nothing else in its steps but the feed
+  Output a = async_node(g, x, recording(alone), "a");
+  // `c` follows a Call node that is not marked cheap: a task of the pool.
+  std::vector<Start> after_work;
+  Output work = ops::Call(
+      g, {x}, {DType::kFloat32},
+      [](std::span<const Tensor> in) -> Result<std::vector<Tensor>> {
+        return std::vector<Tensor>{in[0]};
       },
-      "a");
+      ops::CallAttrs{}, "work")[0];
+  Output c = async_node(g, work, recording(after_work), "c");
   auto s = session_with_threads(g, GetParam());
   Result<Callable> callable = s->make_callable({x}, {a});
   ASSERT_THAT(callable.status(), IsOk());
   for (int i = 0; i < 10; ++i) {
-    auto r = s->run({{x, Tensor(1.0f)}}, {a});
+    auto r = s->run({{x, Tensor(1.0f)}}, {a, c});
     ASSERT_THAT(r, IsOk());
     EXPECT_EQ((*r)[0].scalar<float>(), 2.0f);
+    EXPECT_EQ((*r)[1].scalar<float>(), 2.0f);
+    r = s->run({{x, Tensor(4.0f)}}, {a});
+    ASSERT_THAT(r, IsOk());
+    EXPECT_EQ((*r)[0].scalar<float>(), 5.0f);
     const Tensor feeds[] = {Tensor(2.0f)};
     Tensor out[1];
     ASSERT_THAT(callable->run(feeds, out), IsOk());
     EXPECT_EQ(out[0].scalar<float>(), 3.0f);
   }
   const std::lock_guard lock(mu);
-  ASSERT_EQ(started_on.size(), 20u);
-  for (std::thread::id id : started_on) EXPECT_NE(id, std::this_thread::get_id());
+  // `a` alone (a run and a Callable): on this thread, in no task; `a` in
+  // the steps with `c`, and `c`: on the pool's threads.
+  ASSERT_EQ(alone.size(), 30u);
+  ASSERT_EQ(after_work.size(), 10u);
+  int on_caller = 0;
+  for (const Start& st : alone) {
+    if (st.thread == std::this_thread::get_id()) {
+      ++on_caller;
+      EXPECT_FALSE(st.in_task);
+    }
+  }
+  EXPECT_EQ(on_caller, 20);
+  for (const Start& st : after_work) EXPECT_NE(st.thread, std::this_thread::get_id());
+}
+
+// A kernel that lends the waiting thread a helper: y = x + 1 once the
+// helper has been polled `polls_to_finish` times (never, for -1: it then
+// finishes after the thread releases it, on a thread of its own). A kernel
+// that finds no waiting thread finishes on a thread of its own at once.
+class LendingKernel final : public AsyncOpKernel {
+ public:
+  struct Log {
+    std::mutex mu;
+    std::vector<std::thread::id> polled_on;
+    int lent = 0;
+    int not_lent = 0;
+    int released = 0;
+  };
+  LendingKernel(Threads& threads, Log& log, int polls_to_finish)
+      : threads_(threads), log_(log), polls_to_finish_(polls_to_finish) {}
+
+  void compute_async(OpKernelContext& ctx, Done done) override {
+    auto* helper = new Helper(*this, ctx, std::move(done));
+    if (ctx.lend_to_waiter(*helper)) {
+      const std::lock_guard lock(log_.mu);
+      ++log_.lent;
+      return;
+    }
+    {
+      const std::lock_guard lock(log_.mu);
+      ++log_.not_lent;
+    }
+    helper->finish_elsewhere();
+  }
+
+ private:
+  class Helper final : public WaitHelper {
+   public:
+    Helper(LendingKernel& k, OpKernelContext& ctx, Done done)
+        : k_(k), ctx_(ctx), done_(std::move(done)) {}
+    bool poll() override {
+      {
+        const std::lock_guard lock(k_.log_.mu);
+        k_.log_.polled_on.push_back(std::this_thread::get_id());
+      }
+      if (++polls_ != k_.polls_to_finish_) return false;
+      done_(LaterKernel::add_one(ctx_));
+      delete this;
+      return true;
+    }
+    void release() override {
+      {
+        const std::lock_guard lock(k_.log_.mu);
+        ++k_.log_.released;
+      }
+      finish_elsewhere();
+    }
+    void finish_elsewhere() {
+      k_.threads_.post([this] {
+        done_(LaterKernel::add_one(ctx_));
+        delete this;
+      });
+    }
+
+   private:
+    ~Helper() = default;
+    LendingKernel& k_;
+    OpKernelContext& ctx_;
+    Done done_;
+    int polls_ = 0;
+  };
+  Threads& threads_;
+  Log& log_;
+  const int polls_to_finish_;
+};
+
+// A blocking caller that runs the step itself polls the helper its kernel
+// lent until the kernel finishes, on its own thread; a step on the pool's
+// threads (a traced run, an asynchronous run) has no thread to lend to.
+TEST_P(AsyncKernelTest, AWaitingCallerPollsTheHelperItsKernelLent) {
+  LendingKernel::Log log;
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  Output y = async_node(
+      g, x, [&] { return std::make_unique<LendingKernel>(threads_, log, 3); }, "lending");
+  auto s = session_with_threads(g, GetParam());
+  for (int i = 0; i < 5; ++i) {
+    auto r = s->run({{x, Tensor(static_cast<float>(i))}}, {y});
+    ASSERT_THAT(r, IsOk());
+    EXPECT_EQ((*r)[0].scalar<float>(), static_cast<float>(i) + 1.0f);
+  }
+  {
+    const std::lock_guard lock(log.mu);
+    EXPECT_EQ(log.lent, 5);
+    EXPECT_EQ(log.not_lent, 0);
+    EXPECT_EQ(log.released, 0);
+    ASSERT_EQ(log.polled_on.size(), 15u);
+    for (std::thread::id id : log.polled_on) EXPECT_EQ(id, std::this_thread::get_id());
+  }
+  RunOptions traced;
+  traced.trace = true;
+  RunMetadata metadata;
+  auto r = s->run({{x, Tensor(7.0f)}}, {y}, {}, traced, &metadata);
+  ASSERT_THAT(r, IsOk());
+  EXPECT_EQ((*r)[0].scalar<float>(), 8.0f);
+  std::promise<float> async_result;
+  s->run_async({{x, Tensor(9.0f)}}, {y}, {}, {},
+               [&](Result<std::vector<Tensor>> out, RunMetadata*) {
+                 async_result.set_value(out.is_ok() ? (*out)[0].scalar<float>() : -1.0f);
+               });
+  EXPECT_EQ(async_result.get_future().get(), 10.0f);
+  threads_.join();
+  const std::lock_guard lock(log.mu);
+  EXPECT_EQ(log.lent, 5);
+  EXPECT_EQ(log.not_lent, 2);
+}
+
+// A helper that never finishes under polling is released when the caller
+// stops spinning (it then sleeps): the kernel finishes on its own and the
+// step ends with its result.
+TEST_P(AsyncKernelTest, AHelperStillOutIsReleasedBeforeTheCallerSleeps) {
+  LendingKernel::Log log;
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  Output y = async_node(
+      g, x, [&] { return std::make_unique<LendingKernel>(threads_, log, -1); }, "lending");
+  auto s = session_with_threads(g, GetParam());
+  for (int i = 0; i < 3; ++i) {
+    auto r = s->run({{x, Tensor(static_cast<float>(i))}}, {y});
+    ASSERT_THAT(r, IsOk());
+    EXPECT_EQ((*r)[0].scalar<float>(), static_cast<float>(i) + 1.0f);
+  }
+  threads_.join();
+  const std::lock_guard lock(log.mu);
+  EXPECT_EQ(log.lent, 3);
+  EXPECT_EQ(log.released, 3);
+  EXPECT_FALSE(log.polled_on.empty());
 }
 
 // Four kernels that finish only when all four have started: a blocking

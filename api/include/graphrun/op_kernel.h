@@ -400,6 +400,44 @@ struct StepCancellation {
   }
 };
 
+/// Work an asynchronous kernel lends the thread that waits for its step
+/// (OpKernelContext::lend_to_waiter): a caller blocked in run() that runs
+/// the step itself tests for the kernel's progress instead of sleeping,
+/// which spares a thread hand-off per completion (a message's round trip
+/// then costs no wake-up).
+///
+/// Thread safety: both calls come from the waiting thread, never at once;
+/// the kernel owns the helper (it may delete itself in either call).
+class WaitHelper {
+ public:
+  /// Tests for progress once, without blocking (it may call the kernel's
+  /// `done`). Returns true when the helper needs the thread no more (its
+  /// work finished, or it handed the rest over): it is not called again.
+  virtual bool poll() = 0;
+  /// The thread stops waiting (it is about to sleep or return) before
+  /// poll() returned true: the kernel must finish without it from now on.
+  /// Called once, and then nothing else.
+  virtual void release() = 0;
+
+ protected:
+  ~WaitHelper() = default;
+};
+
+namespace internal {
+/// The waiting thread's side of WaitHelper. The scheduler sets the calling
+/// thread's sink around compute_async() when that thread will wait for the
+/// step (null otherwise).
+class WaitSink {
+ public:
+  virtual void lend(WaitHelper& helper) = 0;
+
+ protected:
+  ~WaitSink() = default;
+};
+/// The calling thread's sink (thread-local).
+WaitSink*& current_wait_sink();
+}  // namespace internal
+
 /// What a kernel sees while it runs: its inputs and where its outputs go.
 ///
 /// Thread safety: one context per node execution; not shared.
@@ -462,6 +500,16 @@ class OpKernelContext {
   bool is_cancelled() const { return cancellation_ != nullptr && cancellation_->is_cancelled(); }
   /// The step's id, unique in the process.
   int64_t step_id() const { return step_id_; }
+  /// Asynchronous kernels, from compute_async() only: lends `helper` to the
+  /// thread that will wait for this step (see WaitHelper). False, and
+  /// nothing lent, when no thread waits (the step runs on the pool's
+  /// threads): the kernel then finishes on its own, as always.
+  bool lend_to_waiter(WaitHelper& helper) const {
+    internal::WaitSink* sink = internal::current_wait_sink();
+    if (sink == nullptr) return false;
+    sink->lend(helper);
+    return true;
+  }
 
  private:
   const Node& node_;
@@ -522,8 +570,10 @@ class OpKernel {
 /// second call is ignored. The kernel must call `done` also when the step
 /// stops: poll ctx.is_cancelled() while waiting and then finish with any
 /// error (the run reports Cancelled or DeadlineExceeded). The scheduler runs
-/// the node's successors on the session's threads, never on the thread that
-/// called `done`, and never runs an asynchronous node inline.
+/// the node's successors on the session's threads, never on a thread of the
+/// kernel's own that called `done`. A blocking caller outside the pool
+/// whose other nodes are all cheap runs the step on its own thread and
+/// waits there for the kernel, which may lend it a WaitHelper.
 ///
 /// Thread safety: as OpKernel; `done` may be called from any thread.
 class AsyncOpKernel : public OpKernel {

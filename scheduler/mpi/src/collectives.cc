@@ -243,7 +243,8 @@ class CollectiveKernel final : public AsyncOpKernel {
     const uint64_t invocation = world_->next_invocation(key_hash_);
     world_->engine().start(
         std::make_unique<Collective>(kind_, reduction_, root_, *world_, world_->engine().comm(),
-                                     ctx, std::move(done), key_hash_, invocation, what_));
+                                     ctx, std::move(done), key_hash_, invocation, what_),
+        &ctx);
   }
 
  private:

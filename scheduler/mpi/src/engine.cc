@@ -86,7 +86,46 @@ void Engine::hand_over(Active a) {
   cv_.notify_one();
 }
 
-void Engine::start(std::unique_ptr<Operation> op) {
+// An operation lent to the thread that waits for its step: that thread
+// tests and advances it between its other work until it finishes, or hands
+// it to the progress thread (a stop, an MPI error, the thread going to
+// sleep).
+class Engine::Lent final : public WaitHelper {
+ public:
+  Lent(Engine& engine, Active a) : engine_(engine), a_(std::move(a)) {}
+
+  bool poll() override {
+    bool done = false;
+    // An error, a stop: the progress thread deals with them.
+    if (a_.op->stopped() || !test(a_.round, done).is_ok()) {
+      release();
+      return true;
+    }
+    if (!done) return false;
+    a_.round.requests_.clear();
+    a_.round.receives_.clear();
+    if (!a_.op->advance(a_.round)) return false;
+    // Finished with requests out (an error while posting): the progress
+    // thread lets them complete before the operation goes.
+    if (!a_.round.empty()) {
+      a_.finished = true;
+      engine_.hand_over(std::move(a_));
+    }
+    delete this;
+    return true;
+  }
+  void release() override {
+    engine_.hand_over(std::move(a_));
+    delete this;
+  }
+
+ private:
+  ~Lent() = default;
+  Engine& engine_;
+  Active a_;
+};
+
+void Engine::start(std::unique_ptr<Operation> op, OpKernelContext* ctx) {
   if (!multiple_) {
     submit(std::move(op));
     return;
@@ -103,10 +142,14 @@ void Engine::start(std::unique_ptr<Operation> op) {
     finished();
     return;
   }
+  bool failed = false;
   for (int tests = 0; tests < kTestsHere; ++tests) {
     bool done = false;
     // An error, a stop: the progress thread deals with them.
-    if (a.op->stopped() || !test(a.round, done).is_ok()) break;
+    if (a.op->stopped() || !test(a.round, done).is_ok()) {
+      failed = true;
+      break;
+    }
     if (done) {
       a.round.requests_.clear();
       a.round.receives_.clear();
@@ -115,6 +158,11 @@ void Engine::start(std::unique_ptr<Operation> op) {
         return;
       }
     }
+  }
+  if (!failed && ctx != nullptr) {
+    auto* lent = new Lent(*this, std::move(a));
+    if (!ctx->lend_to_waiter(*lent)) lent->release();
+    return;
   }
   hand_over(std::move(a));
 }

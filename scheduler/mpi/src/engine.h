@@ -110,8 +110,11 @@ class Engine {
   // Starts `op` on the calling thread and, while its rounds complete within
   // a few microseconds of testing, advances it there (a message already on
   // its way, an eager send, costs no thread switch); what is still out then
-  // goes to the progress thread. Without MPI_THREAD_MULTIPLE: submit().
-  void start(std::unique_ptr<Operation> op);
+  // goes to the progress thread, unless `ctx` (the kernel's context) has a
+  // thread that waits for the step: that thread keeps testing it while it
+  // waits (OpKernelContext::lend_to_waiter), and hands it to the progress
+  // thread before it sleeps. Without MPI_THREAD_MULTIPLE: submit().
+  void start(std::unique_ptr<Operation> op, OpKernelContext* ctx = nullptr);
   MPI_Comm comm() const { return comm_; }
   MPI_Comm control_comm() const { return control_; }
 
@@ -121,6 +124,7 @@ class Engine {
     Round round;
     bool finished = false;  // done was called; only the round is left
   };
+  class Lent;
   void hand_over(Active a);
   void loop();
   // Tests `round`; an MPI error is returned, completion in `done`.

@@ -215,10 +215,12 @@ class TransferKernel final : public AsyncOpKernel {
     internal::Engine& engine = world_->engine();
     if (send_) {
       engine.start(std::make_unique<SendOp>(ctx, std::move(done), peer_, hash_, invocation, tag,
-                                            engine.comm()));
+                                            engine.comm()),
+                   &ctx);
     } else {
       engine.start(std::make_unique<RecvOp>(ctx, std::move(done), peer_, hash_, invocation, tag,
-                                            engine.comm(), dtype_, shape_, &what_));
+                                            engine.comm(), dtype_, shape_, &what_),
+                   &ctx);
     }
   }
 
