@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <fmt/format.h>
+
 #include <chrono>
 #include <string>
 #include <thread>
@@ -259,15 +261,17 @@ TEST_F(SendRecvTest, ADeadlineOrCloseEndsARecvWaitingForItsSendSkippedOnOneRank)
 
 // A Send whose Recv was stopped first leaves a message no Recv takes. 1024
 // invocations later a Recv has the same tag; it must drop the stale
-// transfer (an older invocation, by its header) and take its own.
-TEST_F(SendRecvTest, AStaleTransferOnTheSameTagIsDroppedNotTaken) {
+// transfer (an older invocation, by its header) and take its own: a
+// tensor of `n` floats, its bytes in the header's message or (past the
+// inline limit) in a second one, which is drained.
+void stale_transfer_is_dropped(int64_t n) {
   const int sender = 0;
   const int receiver = size() > 1 ? 1 : 0;
   if (rank() != sender && rank() != receiver) return;
   Graph g;
-  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{n}, "x");
   const Node* send = ops::Send(g, x, receiver, "stale", "send");
-  Output got = ops::Recv(g, DType::kFloat32, sender, "stale", Shape{}, "recv");
+  Output got = ops::Recv(g, DType::kFloat32, sender, "stale", Shape{n}, "recv");
   ASSERT_THAT(g.status(), IsOk());
   auto s = session_of(g);
   const MPI_Comm pair = MPI_COMM_WORLD;
@@ -283,6 +287,11 @@ TEST_F(SendRecvTest, AStaleTransferOnTheSameTagIsDroppedNotTaken) {
                    MPI_STATUS_IGNORE);
     }
   };
+  auto value = [n](float v) {
+    Tensor t = Tensor::filled<float>(Shape{n}, v);
+    t.flat<float>()[static_cast<std::size_t>(n - 1)] = -v;
+    return t;
+  };
   // Invocation 0 of the Recv gives up before invocation 0 of the Send goes.
   if (rank() == receiver) {
     RunOptions soon;
@@ -291,22 +300,67 @@ TEST_F(SendRecvTest, AStaleTransferOnTheSameTagIsDroppedNotTaken) {
   }
   barrier();
   if (rank() == sender) {
-    ASSERT_THAT(s->run({{x, Tensor(-1.0f)}}, {}, {send}, bounded()), IsOk());
+    ASSERT_THAT(s->run({{x, value(-1.0f)}}, {}, {send}, bounded()), IsOk());
   }
   barrier();
   // Invocations 1..1024: the last has invocation 0's tag.
   for (int k = 1; k <= 1024; ++k) {
-    const auto v = static_cast<float>(k);
+    const Tensor v = value(static_cast<float>(k));
     if (sender == receiver) {
-      auto out = s->run({{x, Tensor(v)}}, {got}, {send}, bounded());
+      auto out = s->run({{x, v}}, {got}, {send}, bounded());
       ASSERT_THAT(out, IsOk()) << k;
-      ASSERT_EQ((*out)[0].scalar<float>(), v);
+      ASSERT_TRUE((*out)[0].equals(v)) << k;
     } else if (rank() == sender) {
-      ASSERT_THAT(s->run({{x, Tensor(v)}}, {}, {send}, bounded()), IsOk()) << k;
+      ASSERT_THAT(s->run({{x, v}}, {}, {send}, bounded()), IsOk()) << k;
     } else {
       auto out = s->run({}, {got}, {}, bounded());
       ASSERT_THAT(out, IsOk()) << k;
-      ASSERT_EQ((*out)[0].scalar<float>(), v) << k;
+      ASSERT_TRUE((*out)[0].equals(v)) << k;
+    }
+  }
+}
+
+TEST_F(SendRecvTest, AStaleTransferOnTheSameTagIsDroppedNotTaken) { stale_transfer_is_dropped(1); }
+
+// 200 floats (800 bytes): past the inline limit (512 bytes), within the
+// eager limits of Open MPI's self and shared-memory transports, so that the
+// stale Send completes without its Recv.
+TEST_F(SendRecvTest, AStaleTwoMessageTransferIsDrainedNotTaken) { stale_transfer_is_dropped(200); }
+
+// Tensors on both sides of the inline limit (512 bytes: 128 floats) and at
+// it arrive whole, each with its own values.
+TEST_F(SendRecvTest, TensorsAroundTheInlineLimitGoAcross) {
+  const int64_t sizes[] = {1, 127, 128, 129, 1024};
+  Graph g;
+  std::vector<Output> in;
+  std::vector<Output> got;
+  std::vector<const Node*> sends;
+  for (const int64_t n : sizes) {
+    const std::string name = fmt::format("n{}", n);
+    in.push_back(ops::Placeholder(g, DType::kFloat32, Shape{n}, fmt::format("x_{}", name)));
+    sends.push_back(ops::Send(g, in.back(), next(), name, fmt::format("send_{}", name)));
+    got.push_back(
+        ops::Recv(g, DType::kFloat32, previous(), name, Shape{n}, fmt::format("recv_{}", name)));
+  }
+  auto s = session_of(g);
+  auto value = [](int r, int64_t n, int step) {
+    Tensor t(DType::kFloat32, Shape{n});
+    for (int64_t i = 0; i < n; ++i)
+      t.flat<float>()[static_cast<std::size_t>(i)] =
+          static_cast<float>(r * 100000 + step * 5000 + i);
+    return t;
+  };
+  for (int step = 0; step < 3; ++step) {
+    FeedList feeds;
+    for (std::size_t k = 0; k < in.size(); ++k)
+      feeds.push_back({in[k], value(rank(), sizes[k], step)});
+    std::vector<TargetRef> targets(sends.begin(), sends.end());
+    std::vector<TensorRef> fetches(got.begin(), got.end());
+    auto out = s->run(feeds, fetches, targets, bounded());
+    ASSERT_THAT(out, IsOk());
+    for (std::size_t k = 0; k < got.size(); ++k) {
+      EXPECT_TRUE((*out)[k].equals(value(previous(), sizes[k], step)))
+          << sizes[k] << " floats, step " << step;
     }
   }
 }

@@ -1,7 +1,8 @@
 // MpiSend and MpiRecv: one tensor from one rank to another, as asynchronous
 // kernels over the progress engine. A transfer is a header (dtype, shape,
-// byte size, the tensor name's hash and the invocation) and, unless the
-// tensor is empty, a second message of its raw bytes, sent straight from
+// byte size, the tensor name's hash and the invocation) with, for a tensor
+// of at most internal::kInlineBytes, its bytes in the same message; a
+// larger tensor's raw bytes follow as a second message, sent straight from
 // the tensor's buffer and received into a tensor allocated from the header,
 // so MPI copies it once. Both go with the same tag from the same rank, and
 // MPI keeps two such messages in order. The n-th Send of a tensor name to a
@@ -13,6 +14,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 #include <utility>
 #include <vector>
 
@@ -24,6 +26,8 @@ namespace graphrun::mpi {
 namespace {
 
 using internal::Header;
+using internal::kInlineBytes;
+using internal::Packet;
 
 // Sends and receives of one tensor name count their invocations apart per
 // peer and direction.
@@ -47,19 +51,24 @@ class SendOp final : public Transfer {
  public:
   SendOp(OpKernelContext& ctx, AsyncOpKernel::Done done, int peer, uint64_t hash,
          uint64_t invocation, int tag, MPI_Comm comm)
-      : Transfer(ctx, std::move(done), peer, tag, comm),
-        input_(ctx.input(0)),
-        header_(internal::header_of(input_, hash, invocation)) {}
+      : Transfer(ctx, std::move(done), peer, tag, comm), input_(ctx.input(0)) {
+    packet_.header = internal::header_of(input_, hash, invocation);
+  }
 
   bool advance(internal::Round& round) override {
     if (posted_) return finish(Status::ok());
     posted_ = true;
-    // Header and bytes at once: the receiver posts its receive of the
-    // bytes as soon as the header is in, and nothing it waits for depends
-    // on this round.
-    Status s = round.send(&header_, sizeof(Header), peer_, tag_, comm_);
-    if (s.is_ok() && input_.byte_size() != 0) {
-      s = round.send(input_.raw_data(), input_.byte_size(), peer_, tag_, comm_);
+    const std::size_t bytes = input_.byte_size();
+    Status s;
+    if (bytes <= kInlineBytes) {
+      if (bytes != 0) std::memcpy(packet_.payload, input_.raw_data(), bytes);
+      s = round.send(&packet_, sizeof(Header) + bytes, peer_, tag_, comm_);
+    } else {
+      // Header and bytes at once: the receiver posts its receive of the
+      // bytes as soon as the header is in, and nothing it waits for
+      // depends on this round.
+      s = round.send(&packet_.header, sizeof(Header), peer_, tag_, comm_);
+      if (s.is_ok()) s = round.send(input_.raw_data(), bytes, peer_, tag_, comm_);
     }
     if (!s.is_ok()) return finish(std::move(s));
     return false;
@@ -67,7 +76,7 @@ class SendOp final : public Transfer {
 
  private:
   const Tensor input_;  // keeps the sent bytes alive
-  const Header header_;
+  Packet packet_;
   bool posted_ = false;
 };
 
@@ -87,21 +96,21 @@ class RecvOp final : public Transfer {
     switch (stage_) {
       case 0:
         stage_ = 1;
-        if (Status s = round.recv(&header_, sizeof(Header), peer_, tag_, comm_); !s.is_ok()) {
+        if (Status s = round.recv(&packet_, sizeof(Packet), peer_, tag_, comm_); !s.is_ok()) {
           return finish(std::move(s));
         }
         return false;
       case 1: {
-        if (stale() && header_.bytes < static_cast<uint64_t>(INT32_MAX)) {
+        if (stale() && packet_.header.bytes < static_cast<uint64_t>(INT32_MAX)) {
           // A transfer no Recv took (its step was stopped after the Send
           // went, or another session's of the same tag): its bytes are
           // received and dropped, and this Recv waits on.
-          if (header_.bytes == 0) {
+          if (packet_.header.bytes <= kInlineBytes) {
             stage_ = 0;
             return advance(round);
           }
           stage_ = 3;
-          drain_.resize(static_cast<std::size_t>(header_.bytes));
+          drain_.resize(static_cast<std::size_t>(packet_.header.bytes));
           if (Status s = round.recv_arriving(drain_.data(), drain_.size(), peer_, tag_, comm_);
               !s.is_ok()) {
             return finish(std::move(s));
@@ -111,7 +120,7 @@ class RecvOp final : public Transfer {
         stage_ = 2;
         status_ = check_header();
         if (status_.is_ok()) {
-          Result<Tensor> t = internal::tensor_for(header_);
+          Result<Tensor> t = internal::tensor_for(packet_.header);
           if (t.is_ok()) {
             value_ = std::move(*t);
           } else {
@@ -119,7 +128,12 @@ class RecvOp final : public Transfer {
                                      t.status().message());
           }
         }
-        if (header_.bytes == 0) return finish(produce());
+        if (packet_.header.bytes <= kInlineBytes) {
+          // The bytes came with the header.
+          if (status_.is_ok() && packet_.header.bytes != 0)
+            std::memcpy(value_.raw_data(), packet_.payload, packet_.header.bytes);
+          return finish(produce());
+        }
         Status s;
         // The bytes follow their header: a stop lets them arrive rather
         // than leave them for a later Recv of the same tag.
@@ -127,7 +141,8 @@ class RecvOp final : public Transfer {
           s = round.recv_arriving(value_.raw_data(), value_.byte_size(), peer_, tag_, comm_);
         } else {
           // Received anyway, so that the sender's send completes.
-          drain_.resize(static_cast<std::size_t>(std::min<uint64_t>(header_.bytes, INT32_MAX)));
+          drain_.resize(
+              static_cast<std::size_t>(std::min<uint64_t>(packet_.header.bytes, INT32_MAX)));
           s = round.recv_arriving(drain_.data(), drain_.size(), peer_, tag_, comm_);
         }
         if (!s.is_ok()) return finish(std::move(s));
@@ -144,21 +159,23 @@ class RecvOp final : public Transfer {
  private:
   // The header is of an earlier invocation of this key, or of another key
   // (another session's edge) on the same tag.
-  bool stale() const { return header_.key_hash != hash_ || header_.invocation < invocation_; }
+  bool stale() const {
+    return packet_.header.key_hash != hash_ || packet_.header.invocation < invocation_;
+  }
 
   Status check_header() const {
-    if (header_.key_hash != hash_ || header_.invocation != invocation_) {
+    if (packet_.header.key_hash != hash_ || packet_.header.invocation != invocation_) {
       return internal_error(
           "{}: rank {} sent invocation {} of another tensor (name hash {:x}) where this Recv "
           "waited for invocation {} (name hash {:x})",
-          *what_, peer_, header_.invocation, header_.key_hash, invocation_, hash_);
+          *what_, peer_, packet_.header.invocation, packet_.header.key_hash, invocation_, hash_);
     }
-    if (header_.dtype != static_cast<int32_t>(dtype_)) {
-      GRAPHRUN_RETURN_IF_ERROR(internal::check_dtype(header_));
+    if (packet_.header.dtype != static_cast<int32_t>(dtype_)) {
+      GRAPHRUN_RETURN_IF_ERROR(internal::check_dtype(packet_.header));
       return invalid_argument("{}: rank {} sent {} where this Recv expects {}", *what_, peer_,
-                              static_cast<DType>(header_.dtype), dtype_);
+                              static_cast<DType>(packet_.header.dtype), dtype_);
     }
-    GRAPHRUN_ASSIGN_OR_RETURN(Shape shape, internal::shape_of(header_));
+    GRAPHRUN_ASSIGN_OR_RETURN(Shape shape, internal::shape_of(packet_.header));
     if (!shape.is_compatible_with(shape_)) {
       return invalid_argument("{}: rank {} sent shape {} where this Recv expects {}", *what_, peer_,
                               shape, shape_);
@@ -178,7 +195,7 @@ class RecvOp final : public Transfer {
   const std::string* what_;  // the kernel's, which outlives the step
   int stage_ = 0;
   Status status_;
-  Header header_;
+  Packet packet_;
   Tensor value_;
   std::vector<char> drain_;
 };

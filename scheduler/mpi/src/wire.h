@@ -10,6 +10,7 @@
 #include <graphrun/status.h>
 #include <graphrun/tensor.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -48,6 +49,19 @@ struct Header {
 };
 
 Header header_of(const Tensor& t, uint64_t key_hash, uint64_t invocation);
+
+// A tensor of at most kInlineBytes travels in its header's message, right
+// after the header (one message each way instead of two); a larger one
+// follows its header as a second message of its raw bytes. Header and
+// payload stay within Open MPI's smallest eager limit here (the self
+// transport's 1 KiB, its own header included), so a small tensor's send
+// completes without waiting for its receive.
+inline constexpr std::size_t kInlineBytes = 512;
+struct Packet {
+  Header header;
+  char payload[kInlineBytes];
+};
+static_assert(offsetof(Packet, payload) == sizeof(Header));
 
 // The header's dtype and shape, checked (Internal when unreadable).
 Result<Shape> shape_of(const Header& h);
