@@ -11,6 +11,86 @@ using tbb::flow::continue_msg;
 
 namespace {
 std::atomic<int64_t> g_live_instances{0};  // relaxed: a statistic for tests
+
+// How long run_waiting yields before it sleeps on its condition variable:
+// a message already on its way ends a Recv within microseconds, and a
+// sleeping thread costs a futex wake-up (5-20 us on a VM) on top.
+constexpr auto kWaitSpin = std::chrono::microseconds(50);
+}  // namespace
+
+// The asynchronous kernels of a run_waiting that have finished, not yet
+// ended on the waiting thread; and the helpers they lent it. Kept by the
+// instance from step to step (its vectors keep their capacity).
+struct FlowInstance::Waiting final : internal::WaitSink {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int32_t> nodes;        // guarded by mu
+  std::atomic<int32_t> count{0};     // nodes.size(), read without the lock
+  std::vector<WaitHelper*> helpers;  // the waiting thread's only
+  std::vector<int32_t> ended;        // the waiting thread's only
+
+  void lend(WaitHelper& helper) override { helpers.push_back(&helper); }
+
+  static void notify(void* self, int32_t i) {
+    auto* f = static_cast<Waiting*>(self);
+    // Under the lock to the end: once it is released, the waiter may go.
+    const std::lock_guard lock(f->mu);
+    f->nodes.push_back(i);
+    f->count.fetch_add(1, std::memory_order_release);
+    f->cv.notify_one();
+  }
+  void poll_helpers() {
+    for (std::size_t k = 0; k < helpers.size();) {
+      if (helpers[k]->poll()) {
+        helpers[k] = helpers.back();
+        helpers.pop_back();
+      } else {
+        ++k;
+      }
+    }
+  }
+  void release_helpers() {
+    for (WaitHelper* h : helpers) h->release();
+    helpers.clear();
+  }
+  // Waits for at least one and moves them all into `out`: a while testing
+  // the lent helpers (or yielding the core), then asleep, the helpers
+  // released.
+  void take(std::vector<int32_t>& out) {
+    const auto spin_until = std::chrono::steady_clock::now() + kWaitSpin;
+    while (count.load(std::memory_order_acquire) == 0) {
+      if (std::chrono::steady_clock::now() >= spin_until) {
+        release_helpers();
+        break;
+      }
+      if (helpers.empty()) {
+        std::this_thread::yield();
+      } else {
+        poll_helpers();
+      }
+    }
+    std::unique_lock lock(mu);
+    cv.wait(lock, [this] { return !nodes.empty(); });
+    out.swap(nodes);
+    nodes.clear();
+    count.store(0, std::memory_order_relaxed);
+  }
+};
+
+namespace {
+// Sets the calling thread's wait sink for a scope.
+class LendingTo {
+ public:
+  explicit LendingTo(internal::WaitSink* sink) : saved_(internal::current_wait_sink()) {
+    internal::current_wait_sink() = sink;
+  }
+  LendingTo(const LendingTo&) = delete;
+  LendingTo& operator=(const LendingTo&) = delete;
+  ~LendingTo() { internal::current_wait_sink() = saved_; }
+
+ private:
+  internal::WaitSink* saved_;
+};
 }  // namespace
 
 int64_t FlowInstance::live_count() { return g_live_instances.load(std::memory_order_relaxed); }
@@ -170,84 +250,6 @@ void FlowInstance::run() {
   graph_.wait_for_all();
 }
 
-namespace {
-// How long run_waiting yields before it sleeps on its condition variable:
-// a message already on its way ends a Recv within microseconds, and a
-// sleeping thread costs a futex wake-up (5-20 us on a VM) on top.
-constexpr auto kWaitSpin = std::chrono::microseconds(50);
-
-// The asynchronous kernels of one run_waiting that have finished, not yet
-// ended on the waiting thread; and the helpers they lent it.
-struct Finished final : internal::WaitSink {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<int32_t> nodes;        // guarded by mu
-  std::atomic<int32_t> count{0};     // nodes.size(), read without the lock
-  std::vector<WaitHelper*> helpers;  // the waiting thread's only
-
-  void lend(WaitHelper& helper) override { helpers.push_back(&helper); }
-
-  static void notify(void* self, int32_t i) {
-    auto* f = static_cast<Finished*>(self);
-    // Under the lock to the end: once it is released, the waiter may go.
-    const std::lock_guard lock(f->mu);
-    f->nodes.push_back(i);
-    f->count.fetch_add(1, std::memory_order_release);
-    f->cv.notify_one();
-  }
-  void poll_helpers() {
-    for (std::size_t k = 0; k < helpers.size();) {
-      if (helpers[k]->poll()) {
-        helpers[k] = helpers.back();
-        helpers.pop_back();
-      } else {
-        ++k;
-      }
-    }
-  }
-  void release_helpers() {
-    for (WaitHelper* h : helpers) h->release();
-    helpers.clear();
-  }
-  // Waits for at least one and moves them all into `out`: a while testing
-  // the lent helpers (or yielding the core), then asleep, the helpers
-  // released.
-  void take(std::vector<int32_t>& out) {
-    const auto spin_until = std::chrono::steady_clock::now() + kWaitSpin;
-    while (count.load(std::memory_order_acquire) == 0) {
-      if (std::chrono::steady_clock::now() >= spin_until) {
-        release_helpers();
-        break;
-      }
-      if (helpers.empty()) {
-        std::this_thread::yield();
-      } else {
-        poll_helpers();
-      }
-    }
-    std::unique_lock lock(mu);
-    cv.wait(lock, [this] { return !nodes.empty(); });
-    out.swap(nodes);
-    nodes.clear();
-    count.store(0, std::memory_order_relaxed);
-  }
-};
-
-// Sets the calling thread's wait sink for a scope.
-class LendingTo {
- public:
-  explicit LendingTo(internal::WaitSink* sink) : saved_(internal::current_wait_sink()) {
-    internal::current_wait_sink() = sink;
-  }
-  LendingTo(const LendingTo&) = delete;
-  LendingTo& operator=(const LendingTo&) = delete;
-  ~LendingTo() { internal::current_wait_sink() = saved_; }
-
- private:
-  internal::WaitSink* saved_;
-};
-}  // namespace
-
 void FlowInstance::run_waiting() {
   const Plan& plan = state_.plan();
   const std::size_t n = plan.nodes.size();
@@ -266,8 +268,9 @@ void FlowInstance::run_waiting() {
       if (--pending_[static_cast<std::size_t>(s)] == 0) ready_.push_back(s);
     }
   };
-  Finished finished;
-  std::vector<int32_t> ended;
+  if (waiting_ == nullptr) waiting_ = std::make_unique<Waiting>();
+  Waiting& finished = *waiting_;
+  std::vector<int32_t>& ended = finished.ended;
   int32_t outstanding = 0;
   for (;;) {
     while (!ready_.empty()) {
@@ -282,8 +285,8 @@ void FlowInstance::run_waiting() {
       // Only the asynchronous kernel's start sees the sink: a nested step
       // in another node's kernel must not lend work to this thread.
       const LendingTo lending(&finished);
-      if (!state_.execute_async(i, &Finished::notify, &finished)) {
-        Finished::notify(&finished, i);  // skipped: ends now
+      if (!state_.execute_async(i, &Waiting::notify, &finished)) {
+        Waiting::notify(&finished, i);  // skipped: ends now
       }
     }
     if (outstanding == 0) {

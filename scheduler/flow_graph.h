@@ -156,6 +156,9 @@ class FlowInstance {
   // per node, its sinks (fetch k, or fetches + t for target t), as ranges
   // into inline_sinks_; nodes ready to run.
   std::vector<int32_t> pending_;
+  // run_waiting: what the waiting thread waits on (made at its first step).
+  struct Waiting;
+  std::unique_ptr<Waiting> waiting_;
   std::vector<int32_t> inline_sink_begin_;
   std::vector<int32_t> inline_sinks_;
   std::vector<int32_t> ready_;

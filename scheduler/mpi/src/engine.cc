@@ -57,8 +57,19 @@ Status Round::post(bool cancellable_receive, void* data, std::size_t bytes, int 
   const int rc = receive ? MPI_Irecv(buffer, count, MPI_BYTE, peer, tag, comm, &request)
                          : MPI_Isend(buffer, count, MPI_BYTE, peer, tag, comm, &request);
   if (rc != MPI_SUCCESS) return mpi_error(rc, receive ? "MPI_Irecv" : "MPI_Isend");
-  requests_.push_back(request);
-  receives_.push_back(cancellable_receive ? 1 : 0);
+  const uint8_t cancellable = cancellable_receive ? 1 : 0;
+  if (size_ < kInline) {
+    inline_requests_[size_] = request;
+    inline_receives_[size_] = cancellable;
+  } else {
+    if (size_ == kInline) {
+      heap_requests_.assign(inline_requests_, inline_requests_ + kInline);
+      heap_receives_.assign(inline_receives_, inline_receives_ + kInline);
+    }
+    heap_requests_.push_back(request);
+    heap_receives_.push_back(cancellable);
+  }
+  ++size_;
   return Status::ok();
 }
 
@@ -102,8 +113,7 @@ class Engine::Lent final : public WaitHelper {
       return true;
     }
     if (!done) return false;
-    a_.round.requests_.clear();
-    a_.round.receives_.clear();
+    a_.round.clear();
     if (!a_.op->advance(a_.round)) return false;
     // Finished with requests out (an error while posting): the progress
     // thread lets them complete before the operation goes.
@@ -151,8 +161,7 @@ void Engine::start(std::unique_ptr<Operation> op, OpKernelContext* ctx) {
       break;
     }
     if (done) {
-      a.round.requests_.clear();
-      a.round.receives_.clear();
+      a.round.clear();
       if (a.op->advance(a.round)) {
         finished();
         return;
@@ -169,19 +178,20 @@ void Engine::start(std::unique_ptr<Operation> op, OpKernelContext* ctx) {
 
 Status Engine::test(Round& round, bool& done) {
   int flag = 0;
-  const int rc = MPI_Testall(static_cast<int>(round.requests_.size()), round.requests_.data(),
-                             &flag, MPI_STATUSES_IGNORE);
+  const int rc =
+      MPI_Testall(static_cast<int>(round.size()), round.requests(), &flag, MPI_STATUSES_IGNORE);
   if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Testall");
   done = flag != 0;
   return Status::ok();
 }
 
 void Engine::cancel_receives(Round& round) {
-  for (std::size_t k = 0; k < round.requests_.size(); ++k) {
+  MPI_Request* requests = round.requests();
+  for (std::size_t k = 0; k < round.size(); ++k) {
     // A receive that already matched completes anyway; one that did not
     // completes as cancelled. Sends complete when their peer receives.
-    if (round.receives_[k] != 0 && round.requests_[k] != MPI_REQUEST_NULL) {
-      MPI_Cancel(&round.requests_[k]);
+    if (round.cancellable(k) && requests[k] != MPI_REQUEST_NULL) {
+      MPI_Cancel(&requests[k]);
     }
   }
 }
@@ -252,8 +262,7 @@ void Engine::loop() {
           drop(a, std::move(s));
           finished = true;
         } else if (done) {
-          a.round.requests_.clear();
-          a.round.receives_.clear();
+          a.round.clear();
           finished = a.op->advance(a.round);
           // Finished early (an error while posting): what it posted must
           // complete before its buffers go.
@@ -302,8 +311,9 @@ void Engine::loop() {
   // Sends no peer will receive: MPI may still read their buffers until it
   // is finalised, so they are left allocated.
   for (Active& a : draining_) {
-    for (MPI_Request& r : a.round.requests_) {
-      if (r != MPI_REQUEST_NULL) MPI_Request_free(&r);
+    MPI_Request* requests = a.round.requests();
+    for (std::size_t k = 0; k < a.round.size(); ++k) {
+      if (requests[k] != MPI_REQUEST_NULL) MPI_Request_free(&requests[k]);
     }
     static_cast<void>(a.op.release());
   }

@@ -40,14 +40,31 @@ class Round {
   Status recv_arriving(void* data, std::size_t bytes, int source, int tag, MPI_Comm comm) {
     return post(false, data, bytes, source, tag, comm, true);
   }
-  bool empty() const { return requests_.empty(); }
+  bool empty() const { return size_ == 0; }
 
  private:
   friend class Engine;
   Status post(bool cancellable_receive, void* data, std::size_t bytes, int peer, int tag,
               MPI_Comm comm, bool receive = false);
-  std::vector<MPI_Request> requests_;
-  std::vector<uint8_t> receives_;
+  // The requests, contiguous (for MPI_Testall), and per request whether it
+  // is a cancellable receive. A Send's or a Recv's round (at most two)
+  // stays in the object: no allocation per transfer.
+  std::size_t size() const { return size_; }
+  MPI_Request* requests() { return size_ <= kInline ? inline_requests_ : heap_requests_.data(); }
+  bool cancellable(std::size_t k) const {
+    return (size_ <= kInline ? inline_receives_[k] : heap_receives_[k]) != 0;
+  }
+  void clear() {
+    size_ = 0;
+    heap_requests_.clear();
+    heap_receives_.clear();
+  }
+  static constexpr std::size_t kInline = 4;
+  std::size_t size_ = 0;
+  MPI_Request inline_requests_[kInline] = {};
+  uint8_t inline_receives_[kInline] = {};
+  std::vector<MPI_Request> heap_requests_;  // all of them, past kInline
+  std::vector<uint8_t> heap_receives_;
 };
 
 // One collective (later also a Send or a Recv) in flight.
