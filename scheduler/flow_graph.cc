@@ -55,18 +55,20 @@ struct FlowInstance::Waiting final : internal::WaitSink {
   }
   // Waits for at least one and moves them all into `out`: a while testing
   // the lent helpers (or yielding the core), then asleep, the helpers
-  // released.
+  // released. Every helper is polled at least once, however late the
+  // thread gets here.
   void take(std::vector<int32_t>& out) {
     const auto spin_until = std::chrono::steady_clock::now() + kWaitSpin;
     while (count.load(std::memory_order_acquire) == 0) {
-      if (std::chrono::steady_clock::now() >= spin_until) {
-        release_helpers();
-        break;
-      }
       if (helpers.empty()) {
         std::this_thread::yield();
       } else {
         poll_helpers();
+      }
+      if (count.load(std::memory_order_acquire) != 0) break;
+      if (std::chrono::steady_clock::now() >= spin_until) {
+        release_helpers();
+        break;
       }
     }
     std::unique_lock lock(mu);
