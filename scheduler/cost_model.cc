@@ -95,10 +95,10 @@ CostModel::CostModel(const Plan& plan, bool inline_nodes, uint64_t expensive_cyc
   waits_inline_ = inline_nodes && plan.has_async && !plan.partial;
   for (std::size_t i = 0; i < plan.nodes.size(); ++i) {
     const NodeItem& item = plan.nodes[i];
-    if (!item.async && !item.skip_kernel && !item.kernel->is_cheap()) waits_inline_ = false;
     // An asynchronous kernel is never cheap: it needs the flow graph to
     // finish later (and its measured time would be its start only).
     cheap[i] = inline_nodes && !item.async && (item.skip_kernel || item.kernel->is_cheap()) ? 1 : 0;
+    if (!item.async && cheap[i] == 0) waits_inline_ = false;
     streak_[i].store(0, std::memory_order_relaxed);
     cheap_[i].store(cheap[i], std::memory_order_relaxed);
   }

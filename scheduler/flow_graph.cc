@@ -263,13 +263,6 @@ void FlowInstance::run_waiting() {
     pending_[i] = plan.nodes[i].num_preds;
     if (pending_[i] == 0) ready_.push_back(static_cast<int32_t>(i));
   }
-  auto release = [&](int32_t j) {
-    const NodeItem& item = plan.nodes[static_cast<std::size_t>(j)];
-    for (int32_t k = item.succ_begin; k < item.succ_end; ++k) {
-      const int32_t s = plan.successors[static_cast<std::size_t>(k)];
-      if (--pending_[static_cast<std::size_t>(s)] == 0) ready_.push_back(s);
-    }
-  };
   if (waiting_ == nullptr) waiting_ = std::make_unique<Waiting>();
   Waiting& finished = *waiting_;
   std::vector<int32_t>& ended = finished.ended;
@@ -280,7 +273,7 @@ void FlowInstance::run_waiting() {
       ready_.pop_back();
       if (!plan.nodes[static_cast<std::size_t>(i)].async) {
         state_.execute(i);
-        release(i);
+        release_successors(i);
         continue;
       }
       ++outstanding;
@@ -299,7 +292,7 @@ void FlowInstance::run_waiting() {
     for (const int32_t j : ended) {
       state_.finish_async(j);
       --outstanding;
-      release(j);
+      release_successors(j);
     }
     ended.clear();
   }
@@ -342,7 +335,6 @@ void FlowInstance::put_feed(int f) {
 }
 
 void FlowInstance::run_ready() {
-  const Plan& plan = state_.plan();
   while (!ready_.empty()) {
     const int32_t i = ready_.back();
     ready_.pop_back();
@@ -351,11 +343,16 @@ void FlowInstance::run_ready() {
     for (int32_t k = inline_sink_begin_[u]; k < inline_sink_begin_[u + 1]; ++k) {
       state_.sink_fired(inline_sinks_[static_cast<std::size_t>(k)]);
     }
-    const NodeItem& item = plan.nodes[u];
-    for (int32_t k = item.succ_begin; k < item.succ_end; ++k) {
-      const int32_t s = plan.successors[static_cast<std::size_t>(k)];
-      if (--pending_[static_cast<std::size_t>(s)] == 0) ready_.push_back(s);
-    }
+    release_successors(i);
+  }
+}
+
+void FlowInstance::release_successors(int32_t i) {
+  const Plan& plan = state_.plan();
+  const NodeItem& item = plan.nodes[static_cast<std::size_t>(i)];
+  for (int32_t k = item.succ_begin; k < item.succ_end; ++k) {
+    const int32_t s = plan.successors[static_cast<std::size_t>(k)];
+    if (--pending_[static_cast<std::size_t>(s)] == 0) ready_.push_back(s);
   }
 }
 

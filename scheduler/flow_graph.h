@@ -142,6 +142,9 @@ class FlowInstance {
   static void async_done(void* instance, int32_t index);
   // Inline partial runs: runs ready_ (and what they make ready) to the end.
   void run_ready();
+  // Inline runs: node i has ended; its successors with nothing more to
+  // wait for (pending_) join ready_.
+  void release_successors(int32_t i);
 
   RunState state_;
   uint64_t epoch_;

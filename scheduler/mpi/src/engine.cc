@@ -97,6 +97,25 @@ void Engine::hand_over(Active a) {
   cv_.notify_one();
 }
 
+Engine::Here Engine::advance_here(Active& a) {
+  bool done = false;
+  // An error, a stop: the progress thread deals with them.
+  if (a.op->stopped() || !test(a.round, done).is_ok()) return Here::kTrouble;
+  if (!done) return Here::kOut;
+  a.round.clear();
+  if (!a.op->advance(a.round)) return Here::kOut;
+  finished_here(a);
+  return Here::kFinished;
+}
+
+void Engine::finished_here(Active& a) {
+  // Finished with requests out (an error while posting): the progress
+  // thread lets them complete before the operation goes.
+  if (a.round.empty()) return;
+  a.finished = true;
+  hand_over(std::move(a));
+}
+
 // An operation lent to the thread that waits for its step: that thread
 // tests and advances it between its other work until it finishes, or hands
 // it to the progress thread (a stop, an MPI error, the thread going to
@@ -106,23 +125,12 @@ class Engine::Lent final : public WaitHelper {
   Lent(Engine& engine, Active a) : engine_(engine), a_(std::move(a)) {}
 
   bool poll() override {
-    bool done = false;
-    // An error, a stop: the progress thread deals with them.
-    if (a_.op->stopped() || !test(a_.round, done).is_ok()) {
-      release();
-      return true;
+    switch (engine_.advance_here(a_)) {
+      case Here::kOut: return false;
+      case Here::kTrouble: release(); return true;
+      case Here::kFinished: delete this; return true;
     }
-    if (!done) return false;
-    a_.round.clear();
-    if (!a_.op->advance(a_.round)) return false;
-    // Finished with requests out (an error while posting): the progress
-    // thread lets them complete before the operation goes.
-    if (!a_.round.empty()) {
-      a_.finished = true;
-      engine_.hand_over(std::move(a_));
-    }
-    delete this;
-    return true;
+    return false;
   }
   void release() override {
     engine_.hand_over(std::move(a_));
@@ -141,34 +149,18 @@ void Engine::start(std::unique_ptr<Operation> op, OpKernelContext* ctx) {
     return;
   }
   Active a{std::move(op), Round{}, false};
-  // Finished with requests out (an error while posting): the progress
-  // thread lets them complete before the operation goes.
-  auto finished = [&] {
-    if (a.round.empty()) return;
-    a.finished = true;
-    hand_over(std::move(a));
-  };
   if (a.op->advance(a.round)) {
-    finished();
+    finished_here(a);
     return;
   }
-  bool failed = false;
   for (int tests = 0; tests < kTestsHere; ++tests) {
-    bool done = false;
-    // An error, a stop: the progress thread deals with them.
-    if (a.op->stopped() || !test(a.round, done).is_ok()) {
-      failed = true;
-      break;
-    }
-    if (done) {
-      a.round.clear();
-      if (a.op->advance(a.round)) {
-        finished();
-        return;
-      }
+    switch (advance_here(a)) {
+      case Here::kOut: continue;
+      case Here::kFinished: return;
+      case Here::kTrouble: hand_over(std::move(a)); return;
     }
   }
-  if (!failed && ctx != nullptr) {
+  if (ctx != nullptr) {
     auto* lent = new Lent(*this, std::move(a));
     if (!ctx->lend_to_waiter(*lent)) lent->release();
     return;

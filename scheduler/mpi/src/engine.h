@@ -142,6 +142,14 @@ class Engine {
     bool finished = false;  // done was called; only the round is left
   };
   class Lent;
+  // One test of `a` on a kernel's or a waiting thread, advancing it if its
+  // round completed: still out, finished (what it posted and left out went
+  // to the progress thread), or a stop or an MPI error for the progress
+  // thread to deal with (`a` untouched).
+  enum class Here { kOut, kFinished, kTrouble };
+  Here advance_here(Active& a);
+  // `a` finished: hands it over if requests it posted are still out.
+  void finished_here(Active& a);
   void hand_over(Active a);
   void loop();
   // Tests `round`; an MPI error is returned, completion in `done`.
