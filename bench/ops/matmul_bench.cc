@@ -15,9 +15,10 @@
 //                    (same intra-op parallel_for) in an arena of the same size.
 //   _RawFlowGraphNoIntraOp  the same, each kernel's parallel_for inline:
 //                    inter-op parallelism only.
-//   _Sequential      the same kernels' GEMM and Add of the chosen
-//                    instruction-set level (ops/cpu), called in a loop on one
-//                    thread: the fastest plain form of the work.
+//   _Sequential      the same kernels' GEMM (on B0..B7 packed once, as
+//                    the MatMul kernel keeps Const operands) and Add of the
+//                    chosen instruction-set level (ops/cpu), called in a loop
+//                    on one thread: the fastest plain form of the work.
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 
@@ -85,10 +86,24 @@ const MatMulGraph& matmul_graph() {
   return *g;
 }
 
-// The reference result, computed sequentially; also the Sequential body:
-// the MatMul kernel's GEMM and the Add kernel's loop of the chosen level
-// (cpu::kernels()), called directly in a loop on one thread.
-Tensor sequential_sum(const MatMulGraph& mg) {
+using PackedBs = std::vector<std::unique_ptr<cpu::PackedGemmB<float>>>;
+
+// B0..B7 packed once for the chosen level's GEMM, as the MatMul kernel
+// keeps a Const operand.
+PackedBs pack_bs(const MatMulGraph& mg) {
+  PackedBs packed;
+  for (const Tensor& b : mg.b) {
+    packed.push_back(
+        cpu::kernels().f32.pack_b(b.flat<float>().data(), kDim, false, kDim, kDim, kDim, 0));
+  }
+  return packed;
+}
+
+// The reference result, computed sequentially (packed == nullptr); also the
+// Sequential body: the MatMul kernel's GEMM on the packed Bs and the Add
+// kernel's loop of the chosen level (cpu::kernels()), called directly in a
+// loop on one thread.
+Tensor sequential_sum(const MatMulGraph& mg, const PackedBs* packed) {
   const cpu::TypedKernels<float>& k = cpu::kernels().f32;
   std::vector<Tensor> level;
   level.reserve(kProducts);
@@ -100,7 +115,12 @@ Tensor sequential_sum(const MatMulGraph& mg) {
       g.b = mg.b[static_cast<std::size_t>(j)].flat<float>().data();
       g.c = p.flat<float>().data();
       g.lda = g.ldb = g.ldc = g.m = g.n = g.k = kDim;
-      k.gemm(g, 0, kDim, 0, kDim);
+      if (packed != nullptr) {
+        const cpu::PackedGemmB<float>& b = *(*packed)[static_cast<std::size_t>(j)];
+        k.gemm_packed(g, b, 0, kDim, 0, b.blocks());
+      } else {
+        k.gemm(g, 0, kDim, 0, kDim);
+      }
       level.push_back(std::move(p));
     }
   }
@@ -118,7 +138,7 @@ Tensor sequential_sum(const MatMulGraph& mg) {
 }
 
 void check_result(benchmark::State& state, const Tensor& t) {
-  static const Tensor* expected = new Tensor(sequential_sum(matmul_graph()));
+  static const Tensor* expected = new Tensor(sequential_sum(matmul_graph(), nullptr));
   if (!t.is_initialized() || !t.all_close(*expected, 1e-3, 1e-3))
     state.SkipWithError("wrong result");
 }
@@ -186,9 +206,10 @@ BENCHMARK(BM_MatMul64_RawFlowGraphNoIntraOp)
 
 void BM_MatMul64_Sequential(benchmark::State& state) {
   const MatMulGraph& mg = matmul_graph();
+  const PackedBs packed = pack_bs(mg);
   Tensor out;
   for (auto _ : state) {
-    out = sequential_sum(mg);
+    out = sequential_sum(mg, &packed);
     benchmark::DoNotOptimize(out);
   }
   check_result(state, out);

@@ -14,11 +14,20 @@
 //               pool's workers only, none of them a waiting caller.
 //   _PlainLoop  the fastest plain form of the same work on one thread: the
 //               chosen level's GEMM with its bias and activation epilogue
-//               (ops/cpu), called directly, into preallocated buffers.
+//               (ops/cpu) on weights packed once, called directly, into
+//               preallocated buffers.
+//   _PlainLoop2Threads
+//               the same, each layer's product split in two row halves by
+//               tbb::parallel_for in a 2-thread task_arena.
 #include <benchmark/benchmark.h>
 
 #include <graphrun/graphrun.h>
 
+#include <oneapi/tbb/blocked_range.h>
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/task_arena.h>
+
+#include <memory>
 #include <random>
 #include <vector>
 
@@ -69,8 +78,26 @@ const SeedModel& seed_model() {
   return *m;
 }
 
-// The plain loop's forward pass into `h0`/`h1` (ping-pong) and `out`.
-void plain_forward(const SeedModel& m, Tensor& h0, Tensor& h1, Tensor& out) {
+// The plain loop's weights, packed once for the chosen level's GEMM (as
+// graphrun's MatMul keeps a Const operand), blocks for `threads`.
+struct PackedWeights {
+  std::vector<std::unique_ptr<cpu::PackedGemmB<float>>> w;
+  PackedWeights(const SeedModel& m, int64_t max_block) {
+    const cpu::TypedKernels<float>& k = cpu::kernels().f32;
+    for (int i = 0; i < kLayers; ++i) {
+      w.push_back(k.pack_b(m.w[static_cast<std::size_t>(i)].flat<float>().data(), kWidth, false,
+                           kWidth, kWidth, kBatch, max_block));
+    }
+  }
+};
+
+// The plain loop's forward pass into `h0`/`h1` (ping-pong) and `out`: the
+// level's GEMM with its bias and activation epilogue, each dense layer on
+// packed weights. `split(rows, piece)` runs piece(begin, end) over the
+// rows [0, rows), whole or in parts.
+template <typename Split>
+void plain_forward(const SeedModel& m, const PackedWeights& packed, Tensor& h0, Tensor& h1,
+                   Tensor& out, Split&& split) {
   const cpu::TypedKernels<float>& k = cpu::kernels().f32;
   const float* in = m.x.flat<float>().data();
   Tensor* bufs[2] = {&h0, &h1};
@@ -88,7 +115,13 @@ void plain_forward(const SeedModel& m, Tensor& h0, Tensor& h1, Tensor& out) {
     g.k = kWidth;
     g.bias = m.b[static_cast<std::size_t>(i)].flat<float>().data();
     g.activation = head ? cpu::Activation::kSigmoid : cpu::Activation::kRelu;
-    k.gemm(g, 0, g.m, 0, g.n);
+    if (head) {  // [64,256] x [256,1]: a matrix-vector product, nothing to pack
+      k.gemm(g, 0, g.m, 0, g.n);
+    } else {
+      const cpu::PackedGemmB<float>& b = *packed.w[static_cast<std::size_t>(i)];
+      split(g.m,
+            [&](int64_t begin, int64_t end) { k.gemm_packed(g, b, begin, end, 0, b.blocks()); });
+    }
     in = g.c;
   }
 }
@@ -99,7 +132,27 @@ const Tensor& reference() {
     Tensor h0(DType::kFloat32, Shape{kBatch, kWidth});
     Tensor h1(DType::kFloat32, Shape{kBatch, kWidth});
     auto* out = new Tensor(DType::kFloat32, Shape{kBatch, 1});
-    plain_forward(m, h0, h1, *out);
+    // Unpacked, unsplit: the reference all variants must match.
+    const cpu::TypedKernels<float>& k = cpu::kernels().f32;
+    const float* in = m.x.flat<float>().data();
+    Tensor* bufs[2] = {&h0, &h1};
+    for (int i = 0; i <= kLayers; ++i) {
+      const bool head = i == kLayers;
+      cpu::GemmArgs<float> g;
+      g.a = in;
+      g.lda = kWidth;
+      g.b = m.w[static_cast<std::size_t>(i)].flat<float>().data();
+      g.n = head ? 1 : kWidth;
+      g.ldb = g.n;
+      g.c = head ? out->flat<float>().data() : bufs[i % 2]->flat<float>().data();
+      g.ldc = g.n;
+      g.m = kBatch;
+      g.k = kWidth;
+      g.bias = m.b[static_cast<std::size_t>(i)].flat<float>().data();
+      g.activation = head ? cpu::Activation::kSigmoid : cpu::Activation::kRelu;
+      k.gemm(g, 0, g.m, 0, g.n);
+      in = g.c;
+    }
     return out;
   }();
   return *r;
@@ -160,14 +213,45 @@ void BM_SeedModel_PlainLoop(benchmark::State& state) {
   Tensor h0(DType::kFloat32, Shape{kBatch, kWidth});
   Tensor h1(DType::kFloat32, Shape{kBatch, kWidth});
   Tensor out(DType::kFloat32, Shape{kBatch, 1});
+  const PackedWeights packed(m, 0);
+  auto whole = [](int64_t rows, auto&& piece) { piece(0, rows); };
   for (auto _ : state) {
-    plain_forward(m, h0, h1, out);
+    plain_forward(m, packed, h0, h1, out, whole);
     benchmark::DoNotOptimize(out.raw_data());
   }
+  if (!out.all_close(reference(), 1e-4, 1e-4)) state.SkipWithError("wrong result");
   state.counters["threads"] = 1;
   state.SetLabel(std::string(cpu_isa_name(cpu_isa())));
 }
 BENCHMARK(BM_SeedModel_PlainLoop)->UseRealTime()->Unit(benchmark::kMicrosecond);
+
+// The fastest plain form on two threads: the same loop, each layer's
+// product split in two row halves by tbb::parallel_for inside a 2-thread
+// task_arena entered once per pass (the head stays whole).
+void BM_SeedModel_PlainLoop2Threads(benchmark::State& state) {
+  const SeedModel& m = seed_model();
+  Tensor h0(DType::kFloat32, Shape{kBatch, kWidth});
+  Tensor h1(DType::kFloat32, Shape{kBatch, kWidth});
+  Tensor out(DType::kFloat32, Shape{kBatch, 1});
+  const PackedWeights packed(m, 0);
+  tbb::task_arena arena(2);
+  auto halves = [](int64_t rows, auto&& piece) {
+    tbb::parallel_for(
+        tbb::blocked_range<int64_t>(0, 2, 1),
+        [&](const tbb::blocked_range<int64_t>& r) {
+          for (int64_t i = r.begin(); i < r.end(); ++i) piece(i * rows / 2, (i + 1) * rows / 2);
+        },
+        tbb::simple_partitioner());
+  };
+  for (auto _ : state) {
+    arena.execute([&] { plain_forward(m, packed, h0, h1, out, halves); });
+    benchmark::DoNotOptimize(out.raw_data());
+  }
+  if (!out.all_close(reference(), 1e-4, 1e-4)) state.SkipWithError("wrong result");
+  state.counters["threads"] = 2;
+  state.SetLabel(std::string(cpu_isa_name(cpu_isa())));
+}
+BENCHMARK(BM_SeedModel_PlainLoop2Threads)->UseRealTime()->Unit(benchmark::kMicrosecond);
 
 }  // namespace
 }  // namespace graphrun::bench

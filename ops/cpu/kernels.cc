@@ -134,12 +134,6 @@ void blocked_gemm(Eigen::Index rows, Eigen::Index cols, Eigen::Index depth, cons
                                                                                  blocking);
 }
 
-// Products this large or larger go through blocked_gemm; smaller ones (and
-// matrix-vector shapes) through Eigen's product expression, which picks
-// its lazy and GEMV paths for them.
-constexpr double kBlockedMinMacs = 32 * 32 * 32;
-constexpr int64_t kBlockedMinEdge = 8;
-
 template <typename T>
 void gemm(const GemmArgs<T>& g, int64_t row_begin, int64_t row_end, int64_t col_begin,
           int64_t col_end) {
@@ -150,9 +144,10 @@ void gemm(const GemmArgs<T>& g, int64_t row_begin, int64_t row_end, int64_t col_
   const S* ap = reinterpret_cast<const S*>(g.a);
   const S* bp = reinterpret_cast<const S*>(g.b);
   S* cp = reinterpret_cast<S*>(g.c) + row_begin * g.ldc + col_begin;
-  if (rows >= kBlockedMinEdge && cols >= kBlockedMinEdge &&
-      static_cast<double>(rows) * static_cast<double>(cols) * static_cast<double>(g.k) >=
-          kBlockedMinMacs) {
+  // Blocked products go through blocked_gemm; smaller ones (and
+  // matrix-vector shapes) through Eigen's product expression, which picks
+  // its lazy and GEMV paths for them.
+  if (gemm_is_blocked(rows, cols, g.k)) {
     // op(A)'s rows [row_begin, row_end): A's rows, or its columns when
     // transposed (a column-major view). op(B)'s columns likewise.
     const S* lhs = g.transpose_a ? ap + row_begin : ap + row_begin * g.lda;
@@ -192,6 +187,139 @@ void gemm(const GemmArgs<T>& g, int64_t row_begin, int64_t row_end, int64_t col_
   }
   if (g.bias != nullptr || g.activation != Activation::kNone) {
     epilogue(reinterpret_cast<const S*>(g.bias), g.activation, c, col_begin, cols);
+  }
+}
+
+// ---- Products with a packed B ----
+//
+// The row-major product C = op(A) op(B) is Eigen's column-major C^T =
+// op(B)^T op(A)^T: op(B)^T is Eigen's left-hand side, which its kernel
+// packs in panels of (column block of C) x (depth panel). pack_b does that
+// once; gemm_packed then packs only op(A)^T, the right-hand side, per call,
+// and runs Eigen's GEBP kernel over the kept panels, in the loop order of
+// Eigen's own sequential GEMM.
+
+template <typename S>
+using Traits = Eigen::internal::gebp_traits<S, S>;
+template <typename S, int Order>
+using ConstMapper = Eigen::internal::const_blas_data_mapper<S, Eigen::Index, Order>;
+template <typename S>
+using ResultMapper =
+    Eigen::internal::blas_data_mapper<S, Eigen::Index, Eigen::ColMajor, Eigen::Unaligned, 1>;
+
+// Panels start on 64-byte boundaries (the packing stores whole vectors).
+constexpr int64_t kPanelAlignBytes = 64;
+
+template <typename S, int Order>
+void pack_panels(PackedGemmB<S>& p, const S* b, int64_t ldb) {
+  using Mapper = ConstMapper<S, Order>;
+  Eigen::internal::gemm_pack_lhs<S, Eigen::Index, Mapper, Traits<S>::mr, Traits<S>::LhsProgress,
+                                 typename Traits<S>::LhsPacket4Packing, Order>
+      pack;
+  const Mapper lhs(b, ldb);
+  const int64_t align = kPanelAlignBytes / static_cast<int64_t>(sizeof(S));
+  int64_t total = 0;
+  for (int64_t i2 = 0; i2 < p.n; i2 += p.block) {
+    for (int64_t k2 = 0; k2 < p.k; k2 += p.depth_block) {
+      p.offsets.push_back(total);
+      const int64_t size =
+          (std::min(i2 + p.block, p.n) - i2) * (std::min(k2 + p.depth_block, p.k) - k2);
+      total += (size + align - 1) / align * align;
+    }
+  }
+  p.data.reset(static_cast<S*>(
+      ::operator new[](static_cast<std::size_t>(total) * sizeof(S), std::align_val_t{64})));
+  std::size_t panel = 0;
+  for (int64_t i2 = 0; i2 < p.n; i2 += p.block) {
+    for (int64_t k2 = 0; k2 < p.k; k2 += p.depth_block) {
+      pack(p.data.get() + p.offsets[panel++], lhs.getSubMapper(i2, k2),
+           std::min(k2 + p.depth_block, p.k) - k2, std::min(i2 + p.block, p.n) - i2);
+    }
+  }
+}
+
+template <typename T>
+std::unique_ptr<PackedGemmB<T>> pack_b(const T* b, int64_t ldb, bool transpose_b, int64_t k,
+                                       int64_t n, int64_t m_hint, int64_t max_block) {
+  auto p = std::make_unique<PackedGemmB<T>>();
+  p->isa = GRAPHRUN_CPU_ISA_LEVEL;
+  p->k = k;
+  p->n = n;
+  Eigen::Index kc = k;
+  Eigen::Index mc = n;
+  Eigen::Index nc = std::max<int64_t>(m_hint, 1);
+  Eigen::internal::computeProductBlockingSizes<T, T, 1>(kc, mc, nc, Eigen::Index{1});
+  if (max_block > 0) mc = std::min<Eigen::Index>(mc, max_block);
+  p->block = std::max<int64_t>(mc, 1);
+  p->depth_block = std::max<int64_t>(kc, 1);
+  // op(B)^T is [n, k]: column-major over B's rows, or row-major when B is
+  // stored transposed ([n, k] itself).
+  if (transpose_b) {
+    pack_panels<T, Eigen::RowMajor>(*p, b, ldb);
+  } else {
+    pack_panels<T, Eigen::ColMajor>(*p, b, ldb);
+  }
+  return p;
+}
+
+template <typename S, int AOrder>
+void gemm_packed_rows(const GemmArgs<S>& g, const PackedGemmB<S>& p, int64_t row_begin,
+                      int64_t row_end, int64_t block_begin, int64_t block_end) {
+  using Mapper = ConstMapper<S, AOrder>;
+  const int64_t rows = row_end - row_begin;
+  const int64_t col_begin = block_begin * p.block;
+  const int64_t col_end = std::min(p.n, block_end * p.block);
+  S* const c = g.c + row_begin * g.ldc;
+  for (int64_t r = 0; r < rows; ++r)
+    std::fill(c + r * g.ldc + col_begin, c + r * g.ldc + col_end, S{0});
+  // op(A)^T's columns [row_begin, row_end): A's rows, or its columns when
+  // stored transposed.
+  const Mapper rhs(g.transpose_a ? g.a + row_begin : g.a + row_begin * g.lda, g.lda);
+  const ResultMapper<S> res(c, g.ldc);
+  Eigen::internal::gemm_pack_rhs<S, Eigen::Index, Mapper, Traits<S>::nr, AOrder> pack_rhs;
+  Eigen::internal::gebp_kernel<S, S, Eigen::Index, ResultMapper<S>, Traits<S>::mr, Traits<S>::nr,
+                               false, false>
+      gebp;
+  // Rows of C per packed slice of A: Eigen's nc for the whole product
+  // (all of these rows for the products this is for, so that A is packed
+  // once per depth panel and each panel of B is read once per slice).
+  Eigen::Index kc = p.k;
+  Eigen::Index mc = p.n;
+  Eigen::Index nc = rows;
+  Eigen::internal::computeProductBlockingSizes<S, S, 1>(kc, mc, nc, Eigen::Index{1});
+  nc = std::max<Eigen::Index>(nc, 1);
+  thread_local Scratch<S> scratch;
+  S* const slice =
+      scratch.get(1, static_cast<std::size_t>(p.depth_block * std::min<int64_t>(nc, rows)));
+  const int64_t depth_panels = (p.k + p.depth_block - 1) / p.depth_block;
+  for (int64_t j2 = 0; j2 < rows; j2 += nc) {
+    const int64_t actual_nc = std::min<int64_t>(j2 + nc, rows) - j2;
+    for (int64_t k2 = 0, kp = 0; k2 < p.k; k2 += p.depth_block, ++kp) {
+      const int64_t actual_kc = std::min(k2 + p.depth_block, p.k) - k2;
+      pack_rhs(slice, rhs.getSubMapper(k2, j2), actual_kc, actual_nc);
+      for (int64_t bi = block_begin; bi < block_end; ++bi) {
+        const int64_t i2 = bi * p.block;
+        const int64_t actual_mc = std::min(i2 + p.block, p.n) - i2;
+        const S* panel = p.data.get() + p.offsets[static_cast<std::size_t>(bi * depth_panels + kp)];
+        gebp(res.getSubMapper(i2, j2), panel, slice, actual_mc, actual_kc, actual_nc, S{1});
+      }
+    }
+  }
+  if (g.bias != nullptr || g.activation != Activation::kNone) {
+    OutMatrix<S> block(c + col_begin, rows, col_end - col_begin, Eigen::OuterStride<>(g.ldc));
+    epilogue(g.bias, g.activation, block, col_begin, col_end - col_begin);
+  }
+}
+
+template <typename T>
+void gemm_packed(const GemmArgs<T>& g, const PackedGemmB<T>& b, int64_t row_begin, int64_t row_end,
+                 int64_t block_begin, int64_t block_end) {
+  block_end = std::min(block_end, b.blocks());
+  if (row_end <= row_begin || block_end <= block_begin) return;
+  if (g.transpose_a) {
+    gemm_packed_rows<T, Eigen::RowMajor>(g, b, row_begin, row_end, block_begin, block_end);
+  } else {
+    gemm_packed_rows<T, Eigen::ColMajor>(g, b, row_begin, row_end, block_begin, block_end);
   }
 }
 
@@ -343,7 +471,12 @@ void accumulate(ReduceOp op, const T* row, T* acc, int64_t n) {
 
 template <typename T>
 constexpr TypedKernels<T> typed_kernels() {
-  return TypedKernels<T>{&gemm<T>, &unary<T>, &binary<T>, &reduce<T>, &accumulate<T>};
+  if constexpr (std::is_floating_point_v<T>) {
+    return TypedKernels<T>{&gemm<T>,       &unary<T>,  &binary<T>,     &reduce<T>,
+                           &accumulate<T>, &pack_b<T>, &gemm_packed<T>};
+  } else {
+    return TypedKernels<T>{&gemm<T>, &unary<T>, &binary<T>, &reduce<T>, &accumulate<T>};
+  }
 }
 
 constexpr KernelTable kTable{GRAPHRUN_CPU_ISA_LEVEL, typed_kernels<float>(),

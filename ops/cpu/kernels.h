@@ -14,6 +14,9 @@
 #include <graphrun/op_kernel.h>
 
 #include <cstdint>
+#include <memory>
+#include <new>
+#include <vector>
 
 namespace graphrun::cpu {
 
@@ -65,6 +68,52 @@ using ReduceFn = T (*)(ReduceOp op, const T* x, int64_t n);
 template <typename T>
 using AccumulateFn = void (*)(ReduceOp op, const T* row, T* acc, int64_t n);
 
+// Products at least this large (every edge >= kGemmBlockedMinEdge and
+// m*n*k >= kGemmBlockedMinMacs) run through the blocked GEMM kernel, which
+// packs its operands; smaller ones through Eigen's lazy and GEMV paths.
+inline constexpr int64_t kGemmBlockedMinEdge = 8;
+inline constexpr double kGemmBlockedMinMacs = 32 * 32 * 32;
+inline bool gemm_is_blocked(int64_t m, int64_t n, int64_t k) {
+  return m >= kGemmBlockedMinEdge && n >= kGemmBlockedMinEdge &&
+         static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) >=
+             kGemmBlockedMinMacs;
+}
+
+// op(B) of products whose B does not change (a Const's value), packed once
+// in the layout the blocked kernel of one level reads, so that a product
+// packs only its A. C's columns fall into `blocks()` blocks of `block`
+// columns (the last may be narrower), which callers may compute apart.
+// Made by TypedKernels::pack_b; read-only afterwards, so one PackedGemmB
+// serves concurrent products.
+template <typename T>
+struct PackedGemmB {
+  struct Free {
+    void operator()(T* p) const { ::operator delete[](p, std::align_val_t{64}); }
+  };
+  CpuIsa isa = CpuIsa::kBaseline;  // the level whose kernel packed it (and may read it)
+  int64_t k = 0, n = 0;
+  int64_t block = 0;             // columns of C per block
+  int64_t depth_block = 0;       // k per packed panel
+  std::vector<int64_t> offsets;  // of each (column block, depth panel), in elements
+  std::unique_ptr<T[], Free> data;
+
+  int64_t blocks() const { return block == 0 ? 0 : (n + block - 1) / block; }
+};
+// op(B) ([k, n]: B, or B's transpose when transpose_b) packed, with blocks
+// of at most `max_block` columns (0: the kernel's choice for this cache) and
+// panels sized for products of about `m_hint` rows. k, n >= 1.
+template <typename T>
+using PackBFn = std::unique_ptr<PackedGemmB<T>> (*)(const T* b, int64_t ldb, bool transpose_b,
+                                                    int64_t k, int64_t n, int64_t m_hint,
+                                                    int64_t max_block);
+// Rows [row_begin, row_end) of C = op(A) op(B) (+ bias, activation) in the
+// column blocks [block_begin, block_end) of `b`, which g.b/g.ldb/g.transpose_b
+// are ignored for. g.k and g.n must be b's; `b` must come from the same
+// level's pack_b.
+template <typename T>
+using GemmPackedFn = void (*)(const GemmArgs<T>& g, const PackedGemmB<T>& b, int64_t row_begin,
+                              int64_t row_end, int64_t block_begin, int64_t block_end);
+
 template <typename T>
 struct TypedKernels {
   GemmFn<T> gemm = nullptr;
@@ -72,6 +121,8 @@ struct TypedKernels {
   BinaryFn<T> binary = nullptr;
   ReduceFn<T> reduce = nullptr;
   AccumulateFn<T> accumulate = nullptr;
+  PackBFn<T> pack_b = nullptr;            // floats only (null for integers)
+  GemmPackedFn<T> gemm_packed = nullptr;  // floats only
 };
 
 struct KernelTable {

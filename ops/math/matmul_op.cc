@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <span>
 #include <string>
 #include <string_view>
@@ -75,19 +76,98 @@ cpu::Activation activation_of(const Node& n) {
   return cpu::Activation::kNone;
 }
 
+// A packed copy of a Const operand costs its size once more per MatMul
+// that reads it; larger operands are packed per product as before (their
+// packing is a smaller share of a product anyway).
+constexpr int64_t kMaxPackedBytes = int64_t{16} << 20;
+
+// The value of `b` when it is a built-in Const's float32 or float64 matrix
+// of at most kMaxPackedBytes (a product may keep it packed), else an empty
+// tensor.
+Tensor constant_operand(const Output& b) {
+  const Node* n = b.node();
+  if (n == nullptr || b.index() != 0 || !is_builtin(*n, "Const")) return {};
+  Result<Tensor> value = n->attr<Tensor>("value");
+  if (!value.is_ok() || value->shape().rank() != 2) return {};
+  if (value->dtype() != DType::kFloat32 && value->dtype() != DType::kFloat64) return {};
+  if (value->byte_size() > static_cast<std::size_t>(kMaxPackedBytes)) return {};
+  return *std::move(value);
+}
+
+// op(B) packed once, at the first product that can use it (the level's
+// layout and blocking, panels sized for that product's m).
+template <typename T>
+class PackedOperand {
+ public:
+  const cpu::PackedGemmB<T>& get(const cpu::GemmArgs<T>& g) const {
+    std::call_once(once_, [&] {
+      packed_ = cpu::kernels().typed<T>().pack_b(g.b, g.ldb, g.transpose_b, g.k, g.n, g.m,
+                                                 /*max_block=*/0);
+    });
+    return *packed_;
+  }
+
+ private:
+  mutable std::once_flag once_;
+  mutable std::unique_ptr<cpu::PackedGemmB<T>> packed_;
+};
+
+// A Const operand's value and its packed form, one per (session, Const,
+// transpose_b): every MatMul of a session reading the same Const shares it,
+// so a weight read by many products is packed (and cached) once.
+// Thread safety: as PackedOperand (packed once, read-only afterwards).
+class PackedConstant final : public Resource {
+ public:
+  explicit PackedConstant(Tensor value) : value_(std::move(value)) {}
+
+  // The Const's value, kept so that its buffer is never another tensor's.
+  const Tensor& value() const { return value_; }
+  template <typename T>
+  const PackedOperand<T>& operand() const {
+    if constexpr (std::is_same_v<T, float>) {
+      return f32_;
+    } else {
+      return f64_;
+    }
+  }
+
+ private:
+  const Tensor value_;
+  PackedOperand<float> f32_;
+  PackedOperand<double> f64_;
+};
+
+// The session's PackedConstant for `node`'s B when B is a Const worth
+// packing (constant_operand), else null. The name cannot be a resource's
+// that users create: node names never start with a control character.
+PackedConstant* packed_constant(OpKernelConstruction& c, bool transpose_b) {
+  Tensor value = constant_operand(c.node().input(1));
+  if (!value.is_initialized()) return nullptr;
+  const std::string key = fmt::format("\x01packed-matmul-operand:{}:{}",
+                                      c.node().input(1).node()->name(), transpose_b ? "T" : "N");
+  Result<PackedConstant*> r = c.resources().lookup_or_create<PackedConstant>(
+      key, [&]() -> Result<std::unique_ptr<PackedConstant>> {
+        return std::make_unique<PackedConstant>(value);
+      });
+  return r.is_ok() ? *r : nullptr;
+}
+
 // product = op(a) * op(b), op = transpose when the flag is set; with an
 // epilogue (a fused kernel), + bias (input 2, [n]) and the activation.
-// Thread safety: immutable after construction; compute() may run
-// concurrently.
+// When b is a Const's value (and not fed in its place), blocked products
+// read it packed once (a session resource) instead of packing it per call.
+// Thread safety: compute() may run concurrently; the packed operand is
+// made once (std::call_once) and read-only afterwards.
 class MatMulOp final : public OpKernel {
  public:
-  MatMulOp(const Node& node, bool transpose_a, bool transpose_b, Epilogue epilogue = {},
-           std::string fused_names = {})
+  MatMulOp(const Node& node, bool transpose_a, bool transpose_b, PackedConstant* packed_b,
+           Epilogue epilogue = {}, std::string fused_names = {})
       : node_(node),
         transpose_a_(transpose_a),
         transpose_b_(transpose_b),
         epilogue_(epilogue),
-        fused_names_(std::move(fused_names)) {}
+        fused_names_(std::move(fused_names)),
+        packed_b_(packed_b) {}
 
   Status compute(OpKernelContext& ctx) override {
     Status s = compute_product(ctx);
@@ -128,7 +208,8 @@ class MatMulOp final : public OpKernel {
     if (i != chain.size()) return nullptr;
     std::string names = fmt::format("MatMul '{}'", node_.name());
     for (const Node* n : chain) names += fmt::format(" + {} '{}'", n->op(), n->name());
-    return std::make_unique<MatMulOp>(node_, transpose_a_, transpose_b_, e, std::move(names));
+    return std::make_unique<MatMulOp>(node_, transpose_a_, transpose_b_, packed_b_, e,
+                                      std::move(names));
   }
 
  private:
@@ -186,6 +267,16 @@ class MatMulOp final : public OpKernel {
     g.k = k;
     g.bias = bias != nullptr ? bias->flat<T>().data() : nullptr;
     g.activation = epilogue_.activation;
+    if constexpr (std::is_floating_point_v<T>) {
+      // The Const's own buffer (not a fed tensor), and a product the
+      // blocked kernel runs.
+      if (packed_b_ != nullptr && b.raw_data() == packed_b_->value().raw_data() &&
+          b.shape() == packed_b_->value().shape() && cpu::gemm_is_blocked(m, n, k)) {
+        const PackedOperand<T>& packed = packed_b_->operand<T>();
+        parallel_gemm_packed(ctx, g, packed.get(g));
+        return Status::ok();
+      }
+    }
     // With k = 0 the product is zeros, then the epilogue (as the unfused
     // nodes would compute).
     parallel_gemm(ctx, g);
@@ -197,6 +288,8 @@ class MatMulOp final : public OpKernel {
   const bool transpose_b_;
   const Epilogue epilogue_;
   const std::string fused_names_;  // empty unless fused
+  // B's value and packed form when B is a Const (the session owns it).
+  PackedConstant* const packed_b_;
 };
 
 }  // namespace
@@ -217,7 +310,7 @@ void register_matmul_op(OpRegistry& r) {
       [](OpKernelConstruction& c) -> Result<std::unique_ptr<OpKernel>> {
         GRAPHRUN_ASSIGN_OR_RETURN(bool ta, c.attr<bool>("transpose_a"));
         GRAPHRUN_ASSIGN_OR_RETURN(bool tb, c.attr<bool>("transpose_b"));
-        return std::make_unique<MatMulOp>(c.node(), ta, tb);
+        return std::make_unique<MatMulOp>(c.node(), ta, tb, packed_constant(c, tb));
       }));
 }
 

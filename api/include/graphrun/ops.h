@@ -40,6 +40,9 @@ Output Placeholder(Graph& g, DType dtype, Shape shape = Shape::unknown(),
 Output PlaceholderWithDefault(Graph& g, Output default_value, Shape shape,
                               std::string_view name = {});
 /// A constant: `value`, shared with every run (fetches of it are read-only).
+/// Do not write `value`'s elements once a session has the graph: kernels
+/// may keep a prepared copy (MatMul keeps its B operand packed when it is a
+/// float Const of at most 16 MiB).
 Output Const(Graph& g, Tensor value, std::string_view name = {});
 /// `x` itself (the output shares its buffer).
 Output Identity(Graph& g, Output x, std::string_view name = {});

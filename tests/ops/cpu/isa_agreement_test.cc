@@ -845,12 +845,12 @@ GemmProblem<T> make_problem(const GemmShape& s, bool ta, bool tb, bool integer_v
   return p;
 }
 
+// What C ([m, ldc], sentinels outside `r`) must hold after computing the
+// block `r` of p's product with v's bias and activation.
 template <typename T>
-void check_gemm_variant(Checker& checker, const KernelTable& table, const KernelTable* against,
-                        const GemmProblem<T>& p, const GemmVariant& v) {
+Expected<T> gemm_expectation(const GemmProblem<T>& p, const GemmVariant& v, const Range2& r,
+                             int64_t ldc) {
   const GemmShape& s = p.s;
-  const Range2 r = block_of(v.block, s);
-  const int64_t ldc = v.padded ? s.n + 7 : s.n;
   Expected<T> e;
   e.want.assign(static_cast<std::size_t>(s.m * ldc), sentinel<T>());
   e.tol.assign(e.want.size(), 0.0);
@@ -886,31 +886,89 @@ void check_gemm_variant(Checker& checker, const KernelTable& table, const Kernel
       }
     }
   }
+  return e;
+}
+
+template <typename T>
+std::string gemm_description(const GemmProblem<T>& p, const GemmVariant& v, const Range2& r) {
+  const GemmShape& s = p.s;
   std::ostringstream what;
   what << s.m << "x" << s.k << "x" << s.n << (p.transpose_a ? " A^T" : " A")
        << (p.transpose_b ? " B^T" : " B") << (v.padded ? " padded" : " dense")
        << (v.bias ? " +bias" : "") << " activation=" << name_of(v.activation) << " "
        << name_of(v.block) << " rows [" << r.row_begin << "," << r.row_end << ") cols ["
        << r.col_begin << "," << r.col_end << ")" << (p.integer_valued ? " integer-valued" : "");
+  return what.str();
+}
+
+template <typename T>
+GemmArgs<T> gemm_args(const GemmProblem<T>& p, const GemmVariant& v, T* c, int64_t ldc) {
+  const GemmShape& s = p.s;
+  GemmArgs<T> g;
+  g.a = p.a.data(v.padded);
+  g.lda = p.a.ld(v.padded);
+  g.transpose_a = p.transpose_a;
+  g.b = p.b.data(v.padded);
+  g.ldb = p.b.ld(v.padded);
+  g.transpose_b = p.transpose_b;
+  g.c = c;
+  g.ldc = ldc;
+  g.m = s.m;
+  g.n = s.n;
+  g.k = s.k;
+  g.bias = v.bias ? p.bias.data() : nullptr;
+  g.activation = v.activation;
+  return g;
+}
+
+template <typename T>
+void check_gemm_variant(Checker& checker, const KernelTable& table, const KernelTable* against,
+                        const GemmProblem<T>& p, const GemmVariant& v) {
+  const GemmShape& s = p.s;
+  const Range2 r = block_of(v.block, s);
+  const int64_t ldc = v.padded ? s.n + 7 : s.n;
   check(
-      checker, table, against, std::move(e), what.str(),
+      checker, table, against, gemm_expectation(p, v, r, ldc), gemm_description(p, v, r),
       [&](const KernelTable& t) {
         std::vector<T> c(static_cast<std::size_t>(s.m * ldc), sentinel<T>());
-        GemmArgs<T> g;
-        g.a = p.a.data(v.padded);
-        g.lda = p.a.ld(v.padded);
-        g.transpose_a = p.transpose_a;
-        g.b = p.b.data(v.padded);
-        g.ldb = p.b.ld(v.padded);
-        g.transpose_b = p.transpose_b;
-        g.c = c.data();
-        g.ldc = ldc;
-        g.m = s.m;
-        g.n = s.n;
-        g.k = s.k;
-        g.bias = v.bias ? p.bias.data() : nullptr;
-        g.activation = v.activation;
+        const GemmArgs<T> g = gemm_args(p, v, c.data(), ldc);
         t.typed<T>().gemm(g, r.row_begin, r.row_end, r.col_begin, r.col_end);
+        return c;
+      },
+      ldc);
+}
+
+// The same product with op(B) packed first (blocks of at most `max_block`
+// columns, 0: the kernel's choice), for the rows of v's block and every
+// column, computed in three calls: the first half of those rows in two
+// groups of column blocks, then the other half over all blocks.
+template <typename T>
+void check_gemm_packed_variant(Checker& checker, const KernelTable& table,
+                               const KernelTable* against, const GemmProblem<T>& p,
+                               const GemmVariant& v, int64_t max_block) {
+  const GemmShape& s = p.s;
+  const Range2 block = block_of(v.block, s);
+  const Range2 r{block.row_begin, block.row_end, 0, s.n};
+  const int64_t ldc = v.padded ? s.n + 7 : s.n;
+  check(
+      checker, table, against, gemm_expectation(p, v, r, ldc),
+      gemm_description(p, v, r) + " packed B, max_block=" + std::to_string(max_block),
+      [&](const KernelTable& t) {
+        std::vector<T> c(static_cast<std::size_t>(s.m * ldc), sentinel<T>());
+        const GemmArgs<T> g = gemm_args(p, v, c.data(), ldc);
+        const TypedKernels<T>& k = t.typed<T>();
+        const std::unique_ptr<PackedGemmB<T>> b =
+            k.pack_b(g.b, g.ldb, g.transpose_b, g.k, g.n, s.m, max_block);
+        EXPECT_EQ(b->isa, t.isa);
+        EXPECT_EQ(b->blocks(), (s.n + b->block - 1) / b->block);
+        if (max_block > 0) {
+          EXPECT_LE(b->block, max_block);
+        }
+        const int64_t mid = (r.row_begin + r.row_end) / 2;
+        const int64_t half = b->blocks() / 2;
+        k.gemm_packed(g, *b, r.row_begin, mid, 0, half);
+        k.gemm_packed(g, *b, r.row_begin, mid, half, b->blocks());
+        k.gemm_packed(g, *b, mid, r.row_end, 0, b->blocks());
         return c;
       },
       ldc);
@@ -931,6 +989,19 @@ void check_gemm(Checker& checker, const KernelTable& table, const KernelTable* a
           if (integer_valued) continue;
           for (const GemmVariant& v : kGemmActivationVariants) {
             check_gemm_variant(checker, table, against, p, v);
+          }
+          // Packed B: the blocked products (the others never take it), with
+          // the kernel's blocks and with narrow ones (several blocks, a
+          // ragged last one).
+          if (!gemm_is_blocked(s.m, s.n, s.k)) continue;
+          for (int64_t max_block : {int64_t{0}, int64_t{16}, int64_t{40}}) {
+            for (const GemmVariant& v : kGemmVariants) {
+              if (v.block == Block::kNoColumns) continue;  // packed calls take whole blocks
+              check_gemm_packed_variant(checker, table, against, p, v, max_block);
+            }
+            for (const GemmVariant& v : kGemmActivationVariants) {
+              check_gemm_packed_variant(checker, table, against, p, v, max_block);
+            }
           }
         }
       }
@@ -1063,6 +1134,10 @@ TEST_P(IsaAgreementTest, TableIsTheLevels) {
   };
   EXPECT_TRUE(complete(table().f32) && complete(table().f64) && complete(table().i32) &&
               complete(table().i64));
+  // Packed products are for floats.
+  EXPECT_TRUE(table().f32.pack_b != nullptr && table().f32.gemm_packed != nullptr &&
+              table().f64.pack_b != nullptr && table().f64.gemm_packed != nullptr);
+  EXPECT_TRUE(table().i32.pack_b == nullptr && table().i64.gemm_packed == nullptr);
   if (GetParam() != CpuIsa::kBaseline) {
     // Its own code, not the baseline's (the renaming kept them apart).
     const KernelTable& base = *kernels_for(CpuIsa::kBaseline);

@@ -1,10 +1,13 @@
 // MatMul: values for every dtype, transposes, shapes, the parallel path.
 #include <graphrun/graphrun.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "ops/math/gemm.h"
@@ -258,6 +261,144 @@ TEST(MatMulOpTest, SplitPlanCoversEveryColumnOrRowOnce) {
         EXPECT_LT(s.step * (s.pieces - 1), covered) << "an empty last piece";
       }
     }
+  }
+}
+
+// ---- A Const operand: its packed form, kept by the kernel ----
+
+// a (fed, [?, k] or [k, ?] transposed) x Const(w), with a bias and Relu
+// when `fused` (the plan fuses them into the MatMul).
+struct ConstProduct {
+  Graph g;
+  Output a, w, c;
+  ConstProduct(const Tensor& value, ops::MatMulAttrs attrs, bool fused) {
+    a = ops::Placeholder(g, value.dtype(), Shape::unknown(), "a");
+    w = ops::Const(g, value, "w");
+    c = ops::MatMul(g, a, w, attrs, "c");
+    if (fused) {
+      const int64_t n = value.shape().dim(attrs.transpose_b ? 0 : 1);
+      Tensor bias(value.dtype(), Shape{n});  // zeros: Relu then clips the negatives
+      c = ops::Relu(g, ops::Add(g, c, ops::Const(g, bias)));
+    }
+    EXPECT_TRUE(g.status().is_ok()) << g.status().to_string();
+  }
+};
+
+template <typename T>
+Tensor relu_of(Tensor t) {
+  for (T& v : t.flat<T>()) v = std::max(v, T{0});
+  return t;
+}
+
+template <typename T>
+void check_const_products(int threads) {
+  struct Case {
+    int64_t m, k, n;
+  };
+  // Row halves like the seed model's layers, odd sizes, a short wide product
+  // (column pieces) and a tall narrow one.
+  for (const Case& cs :
+       {Case{64, 256, 128}, Case{33, 300, 70}, Case{8, 256, 600}, Case{300, 64, 40}}) {
+    for (int transposes = 0; transposes < 4; ++transposes) {
+      for (bool fused : {false, true}) {
+        const ops::MatMulAttrs attrs{.transpose_a = (transposes & 1) != 0,
+                                     .transpose_b = (transposes & 2) != 0};
+        SCOPED_TRACE(::testing::Message()
+                     << cs.m << "x" << cs.k << "x" << cs.n << " ta=" << attrs.transpose_a << " tb="
+                     << attrs.transpose_b << " fused=" << fused << " threads=" << threads);
+        const Tensor w =
+            attrs.transpose_b ? random_matrix<T>(cs.n, cs.k, 21) : random_matrix<T>(cs.k, cs.n, 21);
+        ConstProduct p(w, attrs, fused);
+        auto session = std::move(Session::create(p.g, {.inter_op_threads = threads}).value());
+        auto expected = [&](const Tensor& a, const Tensor& b) {
+          const Tensor c = naive_matmul<T>(a, b, attrs.transpose_a, attrs.transpose_b);
+          return fused ? relu_of<T>(c) : c;
+        };
+        auto a_of = [&](int64_t m, uint32_t seed) {
+          return attrs.transpose_a ? random_matrix<T>(cs.k, m, seed)
+                                   : random_matrix<T>(m, cs.k, seed);
+        };
+        // Small integers: every sum is exact, so packed or not the results
+        // are equal. Rows: the first run's, then fewer (down to the
+        // unblocked sizes), then more.
+        for (int64_t m : {cs.m, int64_t{9}, int64_t{1}, cs.m * 2 + 3}) {
+          const Tensor a = a_of(m, static_cast<uint32_t>(m));
+          EXPECT_THAT(session->run({{p.a, a}}, {p.c}),
+                      IsOkAndHolds(::testing::ElementsAre(TensorEq(expected(a, w)))))
+              << "m=" << m;
+        }
+        // The Const's output fed with another matrix: that one is used, not
+        // the packed Const; unfed again, the Const is back.
+        const Tensor a = a_of(cs.m, 5);
+        const Tensor other =
+            attrs.transpose_b ? random_matrix<T>(cs.n, cs.k, 22) : random_matrix<T>(cs.k, cs.n, 22);
+        EXPECT_THAT(session->run({{p.a, a}, {p.w, other}}, {p.c}),
+                    IsOkAndHolds(::testing::ElementsAre(TensorEq(expected(a, other)))));
+        // A copy of the Const's value in another buffer (equal elements).
+        EXPECT_THAT(session->run({{p.a, a}, {p.w, w.deep_copy()}}, {p.c}),
+                    IsOkAndHolds(::testing::ElementsAre(TensorEq(expected(a, w)))));
+        EXPECT_THAT(session->run({{p.a, a}}, {p.c}),
+                    IsOkAndHolds(::testing::ElementsAre(TensorEq(expected(a, w)))));
+      }
+    }
+  }
+}
+
+TEST(MatMulOpTest, ConstOperandsGiveTheProductsOfTheirValues) {
+  check_const_products<float>(1);
+  check_const_products<float>(2);
+  check_const_products<double>(2);
+}
+
+TEST(MatMulOpTest, MatMulsOfOneConstShareItsPackedForm) {
+  // One session resource per (Const, transpose_b); none for a fed operand,
+  // an integer Const or one past 16 MiB.
+  Graph g;
+  const Output a = ops::Placeholder(g, DType::kFloat32, Shape{64, 256}, "a");
+  const Output w = ops::Const(g, random_matrix<float>(256, 256, 1), "w");
+  const Output fed = ops::Placeholder(g, DType::kFloat32, Shape{256, 256}, "fed");
+  const Output big = ops::Const(g, Tensor(DType::kFloat32, Shape{2049, 2048}), "big");
+  const Output ai = ops::Placeholder(g, DType::kInt32, Shape{64, 256}, "ai");
+  const Output wi = ops::Const(g, random_matrix<int32_t>(256, 256, 2), "wi");
+  const Output products[] = {
+      ops::MatMul(g, a, w),
+      ops::MatMul(g, a, w),
+      ops::MatMul(g, a, w, {.transpose_b = true}),
+      ops::MatMul(g, a, fed),
+      ops::MatMul(g, ops::Placeholder(g, DType::kFloat32, Shape{1, 2049}), big),
+      ops::MatMul(g, ai, wi)};
+  ASSERT_TRUE(g.status().is_ok()) << g.status().to_string();
+  ResourceManager resources;
+  std::vector<std::unique_ptr<OpKernel>> kernels;
+  for (const Output& p : products) {
+    OpKernelConstruction construction(*p.node(), resources);
+    Result<std::unique_ptr<OpKernel>> k = p.node()->registration().factory(construction);
+    ASSERT_TRUE(k.is_ok()) << k.status().to_string();
+    kernels.push_back(*std::move(k));
+  }
+  EXPECT_EQ(resources.size(), 2u) << "w as B, and w as B^T";
+}
+
+TEST(MatMulOpTest, FirstProductsOfAConstOperandFromManyThreadsAgree) {
+  // The operand is packed by whichever call comes first; the others wait
+  // for it (and TSan watches them).
+  const Tensor w = random_matrix<float>(256, 256, 31);
+  ConstProduct p(w, {}, /*fused=*/true);
+  auto session = std::move(Session::create(p.g, {.inter_op_threads = 2}).value());
+  constexpr int kCallers = 4;
+  std::vector<Tensor> inputs;
+  for (int i = 0; i < kCallers; ++i) inputs.push_back(random_matrix<float>(64, 256, 40 + i));
+  std::vector<std::optional<Result<std::vector<Tensor>>>> results(kCallers);
+  std::vector<std::thread> callers;
+  for (int i = 0; i < kCallers; ++i) {
+    callers.emplace_back([&, i] { results[i] = session->run({{p.a, inputs[i]}}, {p.c}); });
+  }
+  for (std::thread& t : callers) t.join();
+  for (int i = 0; i < kCallers; ++i) {
+    ASSERT_TRUE(results[i].has_value());
+    EXPECT_THAT(*results[i], IsOkAndHolds(::testing::ElementsAre(TensorEq(
+                                 relu_of<float>(naive_matmul<float>(inputs[i], w, false, false))))))
+        << "caller " << i;
   }
 }
 
