@@ -79,7 +79,8 @@ const SeedModel& seed_model() {
 }
 
 // The plain loop's weights, packed once for the chosen level's GEMM (as
-// graphrun's MatMul keeps a Const operand), blocks for `threads`.
+// graphrun's MatMul keeps a Const operand), in blocks of at most
+// `max_block` columns (0: the kernel's choice).
 struct PackedWeights {
   std::vector<std::unique_ptr<cpu::PackedGemmB<float>>> w;
   PackedWeights(const SeedModel& m, int64_t max_block) {
@@ -91,31 +92,38 @@ struct PackedWeights {
   }
 };
 
-// The plain loop's forward pass into `h0`/`h1` (ping-pong) and `out`: the
-// level's GEMM with its bias and activation epilogue, each dense layer on
-// packed weights. `split(rows, piece)` runs piece(begin, end) over the
-// rows [0, rows), whole or in parts.
+// Layer i's product (i == kLayers: the head) from `in` into `h0`/`h1`
+// (ping-pong) or, for the head, `out`, with its bias and activation.
+cpu::GemmArgs<float> layer_args(const SeedModel& m, int i, const float* in, Tensor& h0, Tensor& h1,
+                                Tensor& out) {
+  const bool head = i == kLayers;
+  cpu::GemmArgs<float> g;
+  g.a = in;
+  g.lda = kWidth;
+  g.b = m.w[static_cast<std::size_t>(i)].flat<float>().data();
+  g.n = head ? 1 : kWidth;
+  g.ldb = g.n;
+  g.c = head ? out.flat<float>().data() : (i % 2 == 0 ? h0 : h1).flat<float>().data();
+  g.ldc = g.n;
+  g.m = kBatch;
+  g.k = kWidth;
+  g.bias = m.b[static_cast<std::size_t>(i)].flat<float>().data();
+  g.activation = head ? cpu::Activation::kSigmoid : cpu::Activation::kRelu;
+  return g;
+}
+
+// The plain loop's forward pass into `h0`/`h1` and `out`: the level's GEMM
+// with its bias and activation epilogue, each dense layer on packed
+// weights. `split(rows, piece)` runs piece(begin, end) over the rows
+// [0, rows), whole or in parts.
 template <typename Split>
 void plain_forward(const SeedModel& m, const PackedWeights& packed, Tensor& h0, Tensor& h1,
                    Tensor& out, Split&& split) {
   const cpu::TypedKernels<float>& k = cpu::kernels().f32;
   const float* in = m.x.flat<float>().data();
-  Tensor* bufs[2] = {&h0, &h1};
   for (int i = 0; i <= kLayers; ++i) {
-    const bool head = i == kLayers;
-    cpu::GemmArgs<float> g;
-    g.a = in;
-    g.lda = kWidth;
-    g.b = m.w[static_cast<std::size_t>(i)].flat<float>().data();
-    g.n = head ? 1 : kWidth;
-    g.ldb = g.n;
-    g.c = head ? out.flat<float>().data() : bufs[i % 2]->flat<float>().data();
-    g.ldc = g.n;
-    g.m = kBatch;
-    g.k = kWidth;
-    g.bias = m.b[static_cast<std::size_t>(i)].flat<float>().data();
-    g.activation = head ? cpu::Activation::kSigmoid : cpu::Activation::kRelu;
-    if (head) {  // [64,256] x [256,1]: a matrix-vector product, nothing to pack
+    const cpu::GemmArgs<float> g = layer_args(m, i, in, h0, h1, out);
+    if (i == kLayers) {  // [64,256] x [256,1]: a matrix-vector product, nothing to pack
       k.gemm(g, 0, g.m, 0, g.n);
     } else {
       const cpu::PackedGemmB<float>& b = *packed.w[static_cast<std::size_t>(i)];
@@ -135,21 +143,8 @@ const Tensor& reference() {
     // Unpacked, unsplit: the reference all variants must match.
     const cpu::TypedKernels<float>& k = cpu::kernels().f32;
     const float* in = m.x.flat<float>().data();
-    Tensor* bufs[2] = {&h0, &h1};
     for (int i = 0; i <= kLayers; ++i) {
-      const bool head = i == kLayers;
-      cpu::GemmArgs<float> g;
-      g.a = in;
-      g.lda = kWidth;
-      g.b = m.w[static_cast<std::size_t>(i)].flat<float>().data();
-      g.n = head ? 1 : kWidth;
-      g.ldb = g.n;
-      g.c = head ? out->flat<float>().data() : bufs[i % 2]->flat<float>().data();
-      g.ldc = g.n;
-      g.m = kBatch;
-      g.k = kWidth;
-      g.bias = m.b[static_cast<std::size_t>(i)].flat<float>().data();
-      g.activation = head ? cpu::Activation::kSigmoid : cpu::Activation::kRelu;
+      const cpu::GemmArgs<float> g = layer_args(m, i, in, h0, h1, *out);
       k.gemm(g, 0, g.m, 0, g.n);
       in = g.c;
     }
