@@ -234,21 +234,48 @@ Result<std::shared_ptr<const Plan>> build_plan(const Graph& graph, const Signatu
   };
 
   // 3. Topological order (Kahn) over the pruned set; leftovers form a cycle.
+  // Distinct in-plan predecessors and successors as flat arrays (a vector
+  // per node cost 56 bytes a node, more than the plan itself).
   std::vector<int> indegree(static_cast<std::size_t>(n_graph), 0);
-  std::vector<std::vector<int>> succ(static_cast<std::size_t>(n_graph));
-  for (int id = 0; id < n_graph; ++id) {
-    if (!needed[static_cast<std::size_t>(id)]) continue;
-    const Node* n = graph.node(id);
-    std::vector<int> preds;
-    for (const Output& in : inputs_of(n)) {
-      if (!fed.contains(feed_key(in))) preds.push_back(in.node()->id());
+  std::vector<int32_t> preds;  // per needed node in id order, distinct
+  std::vector<int32_t> succ_begin(static_cast<std::size_t>(n_graph) + 1, 0);
+  {
+    std::vector<int32_t> scratch;
+    for (int id = 0; id < n_graph; ++id) {
+      if (!needed[static_cast<std::size_t>(id)]) continue;
+      const Node* n = graph.node(id);
+      scratch.clear();
+      for (const Output& in : inputs_of(n)) {
+        if (!fed.contains(feed_key(in))) scratch.push_back(in.node()->id());
+      }
+      for (const Node* dep : n->control_inputs()) scratch.push_back(dep->id());
+      std::sort(scratch.begin(), scratch.end());
+      scratch.erase(std::unique(scratch.begin(), scratch.end()), scratch.end());
+      indegree[static_cast<std::size_t>(id)] = static_cast<int>(scratch.size());
+      for (const int32_t p : scratch) ++succ_begin[static_cast<std::size_t>(p) + 1];
+      preds.insert(preds.end(), scratch.begin(), scratch.end());
     }
-    for (const Node* dep : n->control_inputs()) preds.push_back(dep->id());
-    std::sort(preds.begin(), preds.end());
-    preds.erase(std::unique(preds.begin(), preds.end()), preds.end());
-    indegree[static_cast<std::size_t>(id)] = static_cast<int>(preds.size());
-    for (int p : preds) succ[static_cast<std::size_t>(p)].push_back(id);
   }
+  for (std::size_t i = 1; i < succ_begin.size(); ++i) succ_begin[i] += succ_begin[i - 1];
+  // Successors of each node in id order, as a vector per node gave them.
+  std::vector<int32_t> succ(preds.size());
+  {
+    std::vector<int32_t> fill(succ_begin.begin(), succ_begin.end() - 1);
+    std::size_t k = 0;
+    for (int id = 0; id < n_graph; ++id) {
+      if (!needed[static_cast<std::size_t>(id)]) continue;
+      for (int d = 0; d < indegree[static_cast<std::size_t>(id)]; ++d) {
+        succ[static_cast<std::size_t>(fill[static_cast<std::size_t>(preds[k++])]++)] = id;
+      }
+    }
+  }
+  preds = {};
+  auto successors_of = [&](int id) {
+    return std::span<const int32_t>(succ).subspan(
+        static_cast<std::size_t>(succ_begin[static_cast<std::size_t>(id)]),
+        static_cast<std::size_t>(succ_begin[static_cast<std::size_t>(id) + 1] -
+                                 succ_begin[static_cast<std::size_t>(id)]));
+  };
   // Ready nodes leave in node-id order (a min-heap): graphs are built
   // producers first, so the plan keeps the builder's order, which is also
   // closer to the depth-first order oneTBB runs nodes in than a FIFO's
@@ -265,7 +292,7 @@ Result<std::shared_ptr<const Plan>> build_plan(const Graph& graph, const Signatu
     int id = ready.top();
     ready.pop();
     order.push_back(id);
-    for (int s : succ[static_cast<std::size_t>(id)]) {
+    for (const int32_t s : successors_of(id)) {
       if (--remaining[static_cast<std::size_t>(s)] == 0) ready.push(s);
     }
   }
@@ -322,6 +349,7 @@ Result<std::shared_ptr<const Plan>> build_plan(const Graph& graph, const Signatu
                .output_base +
            o.index();
   };
+  plan->successors.reserve(succ.size());
   for (NodeItem& item : plan->nodes) {
     item.input_begin = static_cast<int32_t>(plan->input_slots.size());
     for (const Output& in : inputs_of(item.node)) {
@@ -331,7 +359,7 @@ Result<std::shared_ptr<const Plan>> build_plan(const Graph& graph, const Signatu
     }
     item.input_end = static_cast<int32_t>(plan->input_slots.size());
     item.succ_begin = static_cast<int32_t>(plan->successors.size());
-    for (int s : succ[static_cast<std::size_t>(item.node->id())]) {
+    for (const int32_t s : successors_of(item.node->id())) {
       plan->successors.push_back(index_of[static_cast<std::size_t>(s)]);
     }
     item.succ_end = static_cast<int32_t>(plan->successors.size());

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <ostream>
 
 namespace graphrun {
@@ -38,12 +39,13 @@ std::string TargetRef::to_string() const { return node_ != nullptr ? node_->name
 // ---- Node ----
 
 const OpDef& Node::op_def() const { return registration_->def; }
+const std::string& Node::op() const { return registration_->def.name(); }
 bool Node::is_stateful() const { return registration_->def.is_stateful(); }
 const AttrValue* Node::find_attr(std::string_view name) const {
-  auto it = attrs_.find(name);
-  return it == attrs_.end() ? nullptr : &it->second;
+  auto it = proto_->attrs.find(name);
+  return it == proto_->attrs.end() ? nullptr : &it->second;
 }
-std::string Node::describe() const { return fmt::format("node '{}' ({})", name_, op_); }
+std::string Node::describe() const { return fmt::format("node '{}' ({})", name_, op()); }
 
 // ---- Graph ----
 
@@ -55,6 +57,7 @@ Graph& Graph::operator=(Graph&& other) noexcept {
   nodes_ = std::move(other.nodes_);
   by_name_ = std::move(other.by_name_);
   last_suffix_ = std::move(other.last_suffix_);
+  protos_ = std::move(other.protos_);
   scope_ = std::move(other.scope_);
   control_scope_ = std::move(other.control_scope_);
   devices_ = std::move(other.devices_);
@@ -71,6 +74,7 @@ Graph& Graph::operator=(Graph&& other) noexcept {
   other.nodes_.clear();
   other.by_name_.clear();
   other.last_suffix_.clear();
+  other.protos_.clear();
   other.collections_.clear();
   other.devices_.clear();
   other.device_ids_.clear();
@@ -135,6 +139,7 @@ Graph Graph::clone() const {
   }
   copy.by_name_ = by_name_;
   copy.last_suffix_ = last_suffix_;
+  copy.protos_ = protos_;
   copy.scope_ = scope_;
   copy.devices_ = devices_;
   copy.device_ids_ = device_ids_;
@@ -167,7 +172,8 @@ Status Graph::append_nodes_from(const Graph& grown) {
         grown.nodes_.size(), have);
   }
   auto same_node = [](const Node& a, const Node& b) {
-    if (a.name_ != b.name_ || a.op_ != b.op_ || a.inputs_.size() != b.inputs_.size() ||
+    if (a.name_ != b.name_ || a.registration_ != b.registration_ ||
+        a.inputs_.size() != b.inputs_.size() ||
         a.control_inputs_.size() != b.control_inputs_.size()) {
       return false;
     }
@@ -254,6 +260,53 @@ Result<Output> Graph::find_output(std::string_view name) const {
 }
 
 namespace {
+
+// Hash mixing (a 64-bit multiply and rotate; collisions only cost a compare).
+void mix(std::size_t& h, std::size_t v) {
+  h = (h ^ v) * 0x9E3779B97F4A7C15ull;
+  h ^= h >> 29;
+}
+
+void mix_shape(std::size_t& h, const Shape& s) {
+  mix(h, static_cast<std::size_t>(s.rank() + 2));
+  for (const int64_t d : s.dims()) mix(h, static_cast<std::size_t>(d));
+}
+
+// False for a value not worth hashing and comparing: a tensor's, and -0.0.
+bool mix_attr(std::size_t& h, const AttrValue& v) {
+  mix(h, v.index());
+  return std::visit(
+      [&h](const auto& x) {
+        using T = std::decay_t<decltype(x)>;
+        if constexpr (std::is_same_v<T, Tensor>) {
+          // An empty default is; a value (a Const's) is not compared.
+          if (x.is_initialized()) return false;
+          mix(h, static_cast<std::size_t>(x.dtype()));
+          mix_shape(h, x.shape());
+        } else if constexpr (std::is_same_v<T, std::string>) {
+          mix(h, std::hash<std::string>{}(x));
+        } else if constexpr (std::is_same_v<T, Shape>) {
+          mix_shape(h, x);
+        } else if constexpr (std::is_same_v<T, std::vector<int64_t>> ||
+                             std::is_same_v<T, std::vector<DType>>) {
+          mix(h, x.size());
+          for (const auto& e : x) mix(h, static_cast<std::size_t>(e));
+        } else if constexpr (std::is_same_v<T, double>) {
+          // -0.0 == 0.0: keep such a node's own value rather than share.
+          if (x == 0.0 && std::signbit(x)) return false;
+          mix(h, std::hash<double>{}(x));
+        } else {
+          mix(h, static_cast<std::size_t>(x));
+        }
+        return true;
+      },
+      v);
+}
+
+bool same_proto(const graph_internal::NodeProto& a, const graph_internal::NodeProto& b) {
+  return a.output_dtypes == b.output_dtypes && a.output_shapes == b.output_shapes &&
+         a.attrs == b.attrs;
+}
 
 // Resolves the dtype bound to type variable `attr` for a node being built.
 Status bind_type_attr(const OpDef& def, const std::string& attr, DType dtype, AttrMap& attrs,
@@ -435,17 +488,38 @@ Result<Node*> Graph::add_node(NodeSpec spec) {
   node->id_ = static_cast<int>(nodes_.size());
   node->device_ = device;
   node->name_ = std::move(spec.name);
-  node->op_ = std::move(spec.op);
   node->inputs_ = std::move(spec.inputs);
   node->control_inputs_ = std::move(spec.control_inputs);
-  node->attrs_ = std::move(spec.attrs);
-  node->output_dtypes_ = std::move(out_dtypes);
-  node->output_shapes_ = std::move(out_shapes);
+  node->proto_ = intern(graph_internal::NodeProto{.attrs = std::move(spec.attrs),
+                                                  .output_dtypes = std::move(out_dtypes),
+                                                  .output_shapes = std::move(out_shapes)});
   node->kernel_ = std::move(spec.kernel);
   const int id = node->id_;
   nodes_.push_back(std::move(node));
   by_name_.insert(nodes_.back()->name_, id);
   return nodes_.back().get();
+}
+
+std::shared_ptr<const graph_internal::NodeProto> Graph::intern(graph_internal::NodeProto proto) {
+  std::size_t h = proto.attrs.size();
+  bool internable = true;
+  for (const auto& [name, value] : proto.attrs) {
+    mix(h, std::hash<std::string>{}(name));
+    if (!mix_attr(h, value)) {
+      internable = false;
+      break;
+    }
+  }
+  if (!internable) return std::make_shared<const graph_internal::NodeProto>(std::move(proto));
+  for (const DType d : proto.output_dtypes) mix(h, static_cast<std::size_t>(d));
+  for (const Shape& s : proto.output_shapes) mix_shape(h, s);
+  auto [first, last] = protos_.equal_range(h);
+  for (auto it = first; it != last; ++it) {
+    if (same_proto(*it->second, proto)) return it->second;
+  }
+  auto shared = std::make_shared<const graph_internal::NodeProto>(std::move(proto));
+  protos_.emplace(h, shared);
+  return shared;
 }
 
 Status Graph::add_control_input(Node* node, const Node* dep) {

@@ -202,6 +202,25 @@ OpDef call_def(std::string name, bool stateful) {
   return def;
 }
 
+// The node's kernel factory and the callable it copies into each kernel, in
+// one allocation (a node holds it for the graph's lifetime; clones share it).
+template <typename Fn>
+struct CallFactory {
+  Fn fn;
+  bool cheap;
+  KernelFactory factory;
+};
+
+template <typename Op, typename Fn>
+std::shared_ptr<const KernelFactory> call_factory(Fn fn, bool cheap) {
+  auto holder = std::make_shared<CallFactory<Fn>>(CallFactory<Fn>{std::move(fn), cheap, {}});
+  // One pointer: fits std::function's own storage.
+  holder->factory = [h = holder.get()](OpKernelConstruction&) -> Result<std::unique_ptr<OpKernel>> {
+    return std::make_unique<Op>(h->fn, h->cheap);
+  };
+  return std::shared_ptr<const KernelFactory>(holder, &holder->factory);
+}
+
 // Adds the node; `factory` makes its kernel. One Output per output dtype,
 // all invalid on failure.
 std::vector<Output> add_call(Graph& g, std::vector<Output> inputs, std::vector<DType> output_dtypes,
@@ -257,25 +276,15 @@ namespace ops {
 std::vector<Output> Call(Graph& g, std::vector<Output> inputs, std::vector<DType> output_dtypes,
                          CallableFn fn, CallAttrs attrs, std::string_view name) {
   const bool has_fn = static_cast<bool>(fn);
-  auto shared = std::make_shared<const CallableFn>(std::move(fn));
-  auto factory = std::make_shared<const KernelFactory>(
-      [shared, cheap = attrs.cheap](OpKernelConstruction&) -> Result<std::unique_ptr<OpKernel>> {
-        return std::make_unique<CallOp>(*shared, cheap);
-      });
-  return add_call(g, std::move(inputs), std::move(output_dtypes), has_fn, std::move(factory), attrs,
-                  name);
+  return add_call(g, std::move(inputs), std::move(output_dtypes), has_fn,
+                  call_factory<CallOp>(std::move(fn), attrs.cheap), attrs, name);
 }
 
 std::vector<Output> Call(Graph& g, std::vector<Output> inputs, std::vector<DType> output_dtypes,
                          CallableKernelFn fn, CallAttrs attrs, std::string_view name) {
   const bool has_fn = static_cast<bool>(fn);
-  auto shared = std::make_shared<const CallableKernelFn>(std::move(fn));
-  auto factory = std::make_shared<const KernelFactory>(
-      [shared, cheap = attrs.cheap](OpKernelConstruction&) -> Result<std::unique_ptr<OpKernel>> {
-        return std::make_unique<CallKernelOp>(*shared, cheap);
-      });
-  return add_call(g, std::move(inputs), std::move(output_dtypes), has_fn, std::move(factory), attrs,
-                  name);
+  return add_call(g, std::move(inputs), std::move(output_dtypes), has_fn,
+                  call_factory<CallKernelOp>(std::move(fn), attrs.cheap), attrs, name);
 }
 
 }  // namespace ops

@@ -1,6 +1,8 @@
 #include <graphrun/graphrun.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "tests/testing/op_harness.h"
 
 namespace graphrun {
@@ -141,6 +143,59 @@ TEST(GraphTest, CloneIsIndependentAndKeepsNames) {
   // A moved graph's nodes point at their new owner.
   Graph moved = std::move(copy);
   EXPECT_EQ(&moved.find_node("b")->graph(), &moved);
+}
+
+// Nodes with equal attributes and output signatures keep one copy of them
+// (memory per node); a node's values are its own whatever it shares.
+TEST(GraphTest, NodesShareEqualAttributesAndKeepTheirOwnValues) {
+  OpRegistry r;
+  auto factory = [](OpKernelConstruction&) -> Result<std::unique_ptr<OpKernel>> {
+    return unimplemented("not needed");
+  };
+  ASSERT_TRUE(r.add(OpDef("Src")
+                        .output("y", "dtype")
+                        .type_attr("dtype", all_dtypes())
+                        .attr("factor", 1.0)
+                        .attr("label", std::string("x"))
+                        .attr("value", Tensor()),
+                    factory)
+                  .is_ok());
+  Graph g(r);
+  auto add = [&](std::string name, AttrMap attrs) {
+    Result<Node*> n = g.add_node(NodeSpec{"Src", std::move(name), {}, {}, std::move(attrs), {}});
+    EXPECT_TRUE(n.is_ok()) << n.status().to_string();
+    return n.is_ok() ? *n : nullptr;
+  };
+  const Node* a = add("a", {{"dtype", DType::kFloat32}});
+  const Node* b = add("b", {{"dtype", DType::kFloat32}, {"factor", 1.0}});
+  const Node* c = add("c", {{"dtype", DType::kFloat64}});
+  const Node* d = add("d", {{"dtype", DType::kFloat32}, {"label", std::string("y")}});
+  const Node* zero = add("zero", {{"dtype", DType::kFloat32}, {"factor", 0.0}});
+  const Node* negzero = add("negzero", {{"dtype", DType::kFloat32}, {"factor", -0.0}});
+  const Node* t1 = add("t1", {{"dtype", DType::kFloat32}, {"value", Tensor(1.0f)}});
+  const Node* t2 = add("t2", {{"dtype", DType::kFloat32}, {"value", Tensor(1.0f)}});
+  ASSERT_TRUE(g.status().is_ok()) << g.status().to_string();
+  // Equal (the default filled in): one copy.
+  EXPECT_EQ(&a->attrs(), &b->attrs());
+  // Another dtype (also another output signature) or label: their own.
+  EXPECT_NE(&a->attrs(), &c->attrs());
+  EXPECT_EQ(c->output_dtype(0), DType::kFloat64);
+  EXPECT_EQ(a->output_dtype(0), DType::kFloat32);
+  EXPECT_NE(&a->attrs(), &d->attrs());
+  EXPECT_EQ(std::get<std::string>(*d->find_attr("label")), "y");
+  EXPECT_EQ(std::get<std::string>(*a->find_attr("label")), "x");
+  // -0.0 == 0.0 but is another value: never shared with 0.0.
+  EXPECT_NE(&zero->attrs(), &negzero->attrs());
+  EXPECT_TRUE(std::signbit(std::get<double>(*negzero->find_attr("factor"))));
+  EXPECT_FALSE(std::signbit(std::get<double>(*zero->find_attr("factor"))));
+  // Tensors are not compared: each node keeps its own.
+  EXPECT_NE(&t1->attrs(), &t2->attrs());
+  // A clone shares them too, and adds to them after the original's.
+  Graph copy = g.clone();
+  EXPECT_EQ(&copy.find_node("a")->attrs(), &a->attrs());
+  auto e = copy.add_node(NodeSpec{"Src", "e", {}, {}, {{"dtype", DType::kFloat64}}, {}});
+  ASSERT_TRUE(e.is_ok());
+  EXPECT_EQ(&(*e)->attrs(), &c->attrs());
 }
 
 TEST(OpRegistryTest, CustomOpsAreCheckedAndRegisteredOnce) {

@@ -108,6 +108,18 @@ struct NodeSpec {
   std::string device;
 };
 
+namespace graph_internal {
+/// What a node shares with every node of its graph that has equal
+/// attributes and output signature (interned by Graph::add_node; immutable).
+/// Many nodes of one op usually have the same attributes, so a graph keeps
+/// one copy instead of one per node, and a clone shares it.
+struct NodeProto {
+  AttrMap attrs;
+  std::vector<DType> output_dtypes;
+  std::vector<Shape> output_shapes;
+};
+}  // namespace graph_internal
+
 /// One node of a Graph, made by Graph::add_node and owned by the graph.
 /// Immutable once added.
 ///
@@ -120,7 +132,7 @@ class Node {
   /// The unique, scoped name.
   const std::string& name() const { return name_; }
   /// The op's name.
-  const std::string& op() const { return op_; }
+  const std::string& op() const;
   /// The op's definition.
   const OpDef& op_def() const;
   /// The op's registry entry (definition and kernel factory).
@@ -139,23 +151,25 @@ class Node {
   const std::string& device() const;
 
   /// The number of outputs.
-  int num_outputs() const { return static_cast<int>(output_dtypes_.size()); }
+  int num_outputs() const { return static_cast<int>(proto_->output_dtypes.size()); }
   /// The dtype of output `i`.
-  DType output_dtype(int i) const { return output_dtypes_[static_cast<std::size_t>(i)]; }
+  DType output_dtype(int i) const { return proto_->output_dtypes[static_cast<std::size_t>(i)]; }
   /// The shape of output `i` inferred at build time.
-  const Shape& output_shape(int i) const { return output_shapes_[static_cast<std::size_t>(i)]; }
+  const Shape& output_shape(int i) const {
+    return proto_->output_shapes[static_cast<std::size_t>(i)];
+  }
   /// Output `i` as an Output.
   Output output(int i = 0) const { return Output(this, i); }
 
   /// Every attribute, defaults included.
-  const AttrMap& attrs() const { return attrs_; }
+  const AttrMap& attrs() const { return proto_->attrs; }
   /// The attribute `name`; nullptr when absent.
   const AttrValue* find_attr(std::string_view name) const;
   /// The attribute `name` as a T: NotFound when missing, InvalidArgument
   /// when of another kind (get_attr).
   template <typename T>
   Result<T> attr(std::string_view name) const {
-    return get_attr<T>(attrs_, name, name_);
+    return get_attr<T>(proto_->attrs, name, name_);
   }
 
   /// True when the op is stateful (OpDef::stateful).
@@ -177,12 +191,11 @@ class Node {
   int id_ = -1;
   int32_t device_ = -1;  // index into the graph's device strings; -1: none
   std::string name_;
-  std::string op_;
   std::vector<Output> inputs_;
   std::vector<const Node*> control_inputs_;
-  AttrMap attrs_;
-  std::vector<DType> output_dtypes_;
-  std::vector<Shape> output_shapes_;
+  // Attributes and output signature, shared with the graph's other nodes
+  // that have equal ones; never null.
+  std::shared_ptr<const graph_internal::NodeProto> proto_;
   std::shared_ptr<const KernelFactory> kernel_;
 };
 
@@ -328,6 +341,10 @@ class Graph {
   // names are never freed, so the next free one is past it (without this,
   // n unnamed nodes of one op cost n^2 / 2 lookups).
   mutable std::unordered_map<std::string, int> last_suffix_;
+  // The node protos by hash: a new node with an equal one shares it. Protos
+  // holding a tensor value (a Const's) or a -0.0 are not interned.
+  std::shared_ptr<const graph_internal::NodeProto> intern(graph_internal::NodeProto proto);
+  std::unordered_multimap<std::size_t, std::shared_ptr<const graph_internal::NodeProto>> protos_;
   // The distinct device strings of the nodes (a node keeps an index).
   int32_t intern_device(std::string_view device);
   std::string scope_;
