@@ -2,8 +2,10 @@
 #include <graphrun/op_kernel.h>
 
 #include <algorithm>
+#include <bit>
 #include <charconv>
 #include <cmath>
+#include <memory>
 #include <ostream>
 
 namespace graphrun {
@@ -47,7 +49,50 @@ const AttrValue* Node::find_attr(std::string_view name) const {
 }
 std::string Node::describe() const { return fmt::format("node '{}' ({})", name_, op()); }
 
+// ---- Edges ----
+
+namespace graph_internal {
+
+uint32_t Edges::capacity(uint32_t n) { return n == 0 ? 0 : std::bit_ceil(n); }
+
+void* Edges::allocate(uint32_t inputs, uint32_t control_capacity) {
+  const std::size_t bytes = inputs * sizeof(Output) + control_capacity * sizeof(const Node*);
+  return bytes == 0 ? nullptr : ::operator new(bytes);
+}
+
+Edges::Edges(std::span<const Output> inputs, std::span<const Node* const> controls)
+    : num_inputs_(static_cast<uint32_t>(inputs.size())),
+      num_controls_(static_cast<uint32_t>(controls.size())) {
+  data_ = allocate(num_inputs_, capacity(num_controls_));
+  std::uninitialized_copy(inputs.begin(), inputs.end(), input_data());
+  std::uninitialized_copy(controls.begin(), controls.end(), control_data());
+}
+
+void Edges::add_control(const Node* dep) {
+  if (num_controls_ == capacity(num_controls_)) {  // full (or empty)
+    Edges grown;
+    grown.data_ = allocate(num_inputs_, capacity(num_controls_ + 1));
+    grown.num_inputs_ = num_inputs_;
+    grown.num_controls_ = num_controls_;
+    std::uninitialized_copy(inputs().begin(), inputs().end(), grown.input_data());
+    std::uninitialized_copy(controls().begin(), controls().end(), grown.control_data());
+    *this = std::move(grown);
+  }
+  control_data()[num_controls_++] = dep;
+}
+
+}  // namespace graph_internal
+
 // ---- Graph ----
+
+Node* Graph::new_node() {
+  if (chunks_.empty() || chunk_used_ == chunk_size_) {
+    chunk_size_ = std::clamp<std::size_t>(2 * chunk_size_, 4, 1024);
+    chunks_.emplace_back(new Node[chunk_size_]);
+    chunk_used_ = 0;
+  }
+  return &chunks_.back()[chunk_used_++];
+}
 
 Graph::Graph(const OpRegistry& registry) : registry_(&registry) {}
 Graph::Graph(Graph&& other) noexcept { *this = std::move(other); }
@@ -55,6 +100,9 @@ Graph& Graph::operator=(Graph&& other) noexcept {
   if (this == &other) return *this;
   registry_ = other.registry_;
   nodes_ = std::move(other.nodes_);
+  chunks_ = std::move(other.chunks_);
+  chunk_used_ = std::exchange(other.chunk_used_, 0);
+  chunk_size_ = std::exchange(other.chunk_size_, 0);
   by_name_ = std::move(other.by_name_);
   last_suffix_ = std::move(other.last_suffix_);
   protos_ = std::move(other.protos_);
@@ -68,10 +116,11 @@ Graph& Graph::operator=(Graph&& other) noexcept {
   collections_ = std::move(other.collections_);
   status_ = std::move(other.status_);
   // Nodes point back at their graph.
-  for (auto& n : nodes_) n->graph_ = this;
+  for (Node* n : nodes_) n->graph_ = this;
   // The moved-from graph is empty (and usable: a new graph on the same
   // registry).
   other.nodes_.clear();
+  other.chunks_.clear();
   other.by_name_.clear();
   other.last_suffix_.clear();
   other.protos_.clear();
@@ -88,8 +137,7 @@ uint32_t Graph::NameIndex::tag_of(std::string_view name) {
   return static_cast<uint32_t>(h ^ (h >> 32));
 }
 
-int Graph::NameIndex::find(std::string_view name,
-                           const std::vector<std::unique_ptr<Node>>& nodes) const {
+int Graph::NameIndex::find(std::string_view name, const std::vector<Node*>& nodes) const {
   if (slots_.empty()) return -1;
   const uint32_t tag = tag_of(name);
   const std::size_t mask = slots_.size() - 1;
@@ -127,15 +175,22 @@ void Graph::NameIndex::insert(std::string_view name, int id) {
 Graph Graph::clone() const {
   Graph copy(*registry_);
   copy.nodes_.reserve(nodes_.size());
-  for (const auto& n : nodes_) {
-    auto c = std::unique_ptr<Node>(new Node(*n));
+  if (!nodes_.empty()) {
+    // One chunk holds them all.
+    copy.chunks_.emplace_back(new Node[nodes_.size()]);
+    copy.chunk_used_ = copy.chunk_size_ = nodes_.size();
+  }
+  for (std::size_t i = 0; i < nodes_.size(); ++i) {
+    Node* c = &copy.chunks_.back()[i];
+    *c = *nodes_[i];
     c->graph_ = &copy;
-    copy.nodes_.push_back(std::move(c));
+    copy.nodes_.push_back(c);
   }
   // Remap pointers into the copy (ids are indices).
-  for (auto& c : copy.nodes_) {
-    for (Output& in : c->inputs_) in = Output(copy.nodes_[in.node()->id()].get(), in.index());
-    for (const Node*& dep : c->control_inputs_) dep = copy.nodes_[dep->id()].get();
+  for (Node* c : copy.nodes_) {
+    for (Output& in : c->edges_.mutable_inputs())
+      in = Output(copy.nodes_[in.node()->id()], in.index());
+    for (const Node*& dep : c->edges_.mutable_controls()) dep = copy.nodes_[dep->id()];
   }
   copy.by_name_ = by_name_;
   copy.last_suffix_ = last_suffix_;
@@ -144,13 +199,12 @@ Graph Graph::clone() const {
   copy.devices_ = devices_;
   copy.device_ids_ = device_ids_;
   copy.device_scope_ = device_scope_;
-  for (const Node* dep : control_scope_)
-    copy.control_scope_.push_back(copy.nodes_[dep->id()].get());
+  for (const Node* dep : control_scope_) copy.control_scope_.push_back(copy.nodes_[dep->id()]);
   copy.seed_ = seed_;
   copy.op_seed_counter_ = op_seed_counter_;
   for (const auto& [key, list] : collections_) {
     auto& out = copy.collections_[key];
-    for (const Node* n : list) out.push_back(copy.nodes_[n->id()].get());
+    for (const Node* n : list) out.push_back(copy.nodes_[n->id()]);
   }
   copy.status_ = status_;
   return copy;
@@ -173,18 +227,18 @@ Status Graph::append_nodes_from(const Graph& grown) {
   }
   auto same_node = [](const Node& a, const Node& b) {
     if (a.name_ != b.name_ || a.registration_ != b.registration_ ||
-        a.inputs_.size() != b.inputs_.size() ||
-        a.control_inputs_.size() != b.control_inputs_.size()) {
+        a.num_inputs() != b.num_inputs() ||
+        a.control_inputs().size() != b.control_inputs().size()) {
       return false;
     }
-    for (std::size_t i = 0; i < a.inputs_.size(); ++i) {
-      if (a.inputs_[i].node()->id() != b.inputs_[i].node()->id() ||
-          a.inputs_[i].index() != b.inputs_[i].index()) {
+    for (int i = 0; i < a.num_inputs(); ++i) {
+      if (a.input(i).node()->id() != b.input(i).node()->id() ||
+          a.input(i).index() != b.input(i).index()) {
         return false;
       }
     }
-    for (std::size_t i = 0; i < a.control_inputs_.size(); ++i) {
-      if (a.control_inputs_[i]->id() != b.control_inputs_[i]->id()) return false;
+    for (std::size_t i = 0; i < a.control_inputs().size(); ++i) {
+      if (a.control_inputs()[i]->id() != b.control_inputs()[i]->id()) return false;
     }
     return true;
   };
@@ -200,21 +254,21 @@ Status Graph::append_nodes_from(const Graph& grown) {
   }
   nodes_.reserve(grown.nodes_.size());
   for (std::size_t id = have; id < grown.nodes_.size(); ++id) {
-    auto c = std::unique_ptr<Node>(new Node(*grown.nodes_[id]));
+    Node* c = new_node();
+    *c = *grown.nodes_[id];
     c->graph_ = this;
     if (c->device_ >= 0)
       c->device_ = intern_device(grown.devices_[static_cast<std::size_t>(c->device_)]);
     // Inputs point at earlier nodes: remap them into this graph by id.
-    for (Output& in : c->inputs_) in = Output(nodes_[in.node()->id()].get(), in.index());
-    for (const Node*& dep : c->control_inputs_) dep = nodes_[dep->id()].get();
-    const std::string& name = c->name_;
-    nodes_.push_back(std::move(c));
-    by_name_.insert(name, static_cast<int>(id));
+    for (Output& in : c->edges_.mutable_inputs()) in = Output(nodes_[in.node()->id()], in.index());
+    for (const Node*& dep : c->edges_.mutable_controls()) dep = nodes_[dep->id()];
+    nodes_.push_back(c);
+    by_name_.insert(c->name_, static_cast<int>(id));
   }
   for (const auto& [key, list] : grown.collections_) {
     auto& mine = collections_[key];
     for (const Node* n : list) {
-      if (static_cast<std::size_t>(n->id()) >= have) mine.push_back(nodes_[n->id()].get());
+      if (static_cast<std::size_t>(n->id()) >= have) mine.push_back(nodes_[n->id()]);
     }
   }
   seed_ = grown.seed_;
@@ -242,7 +296,7 @@ std::string Graph::unique_name(std::string_view base) const {
 
 const Node* Graph::find_node(std::string_view name) const {
   const int id = by_name_.find(name, nodes_);
-  return id < 0 ? nullptr : nodes_[static_cast<std::size_t>(id)].get();
+  return id < 0 ? nullptr : nodes_[static_cast<std::size_t>(id)];
 }
 
 Result<Output> Graph::find_output(std::string_view name) const {
@@ -482,22 +536,20 @@ Result<Node*> Graph::add_node(NodeSpec spec) {
     }
   }
 
-  auto node = std::unique_ptr<Node>(new Node());
+  Node* node = new_node();
   node->graph_ = this;
   node->registration_ = reg;
   node->id_ = static_cast<int>(nodes_.size());
   node->device_ = device;
   node->name_ = std::move(spec.name);
-  node->inputs_ = std::move(spec.inputs);
-  node->control_inputs_ = std::move(spec.control_inputs);
+  node->edges_ = graph_internal::Edges(spec.inputs, spec.control_inputs);
   node->proto_ = intern(graph_internal::NodeProto{.attrs = std::move(spec.attrs),
                                                   .output_dtypes = std::move(out_dtypes),
                                                   .output_shapes = std::move(out_shapes)});
   node->kernel_ = std::move(spec.kernel);
-  const int id = node->id_;
-  nodes_.push_back(std::move(node));
-  by_name_.insert(nodes_.back()->name_, id);
-  return nodes_.back().get();
+  nodes_.push_back(node);
+  by_name_.insert(node->name_, node->id_);
+  return node;
 }
 
 std::shared_ptr<const graph_internal::NodeProto> Graph::intern(graph_internal::NodeProto proto) {
@@ -526,10 +578,8 @@ Status Graph::add_control_input(Node* node, const Node* dep) {
   if (node == nullptr || dep == nullptr || &node->graph() != this || &dep->graph() != this) {
     return invalid_argument("add_control_input: both nodes must belong to this graph");
   }
-  if (std::find(node->control_inputs_.begin(), node->control_inputs_.end(), dep) ==
-      node->control_inputs_.end()) {
-    node->control_inputs_.push_back(dep);
-  }
+  const auto deps = node->control_inputs();
+  if (std::find(deps.begin(), deps.end(), dep) == deps.end()) node->edges_.add_control(dep);
   return Status::ok();
 }
 

@@ -145,6 +145,60 @@ TEST(GraphTest, CloneIsIndependentAndKeepsNames) {
   EXPECT_EQ(&moved.find_node("b")->graph(), &moved);
 }
 
+// Inputs and control inputs share one allocation that grows as control
+// inputs are added: the data inputs stay, the controls keep their order,
+// duplicates are dropped, and clones point into themselves.
+TEST(GraphTest, ControlInputsAddedLaterKeepInputsAndOrder) {
+  Graph g;
+  Output a = ops::Const(g, Tensor(2.0f), "a");
+  Output b = ops::Const(g, Tensor(3.0f), "b");
+  Output sum = ops::Add(g, a, b, "sum");
+  std::vector<const Node*> deps;
+  for (int i = 0; i < 9; ++i) deps.push_back(ops::NoOp(g, fmt::format("dep{}", i)));
+  Node* s = g.mutable_node(sum.node()->id());
+  for (const Node* d : deps) {
+    ASSERT_TRUE(g.add_control_input(s, d).is_ok());
+    ASSERT_TRUE(g.add_control_input(s, deps.front()).is_ok());  // a duplicate
+    ASSERT_EQ(s->num_inputs(), 2);
+    EXPECT_EQ(s->input(0), a);
+    EXPECT_EQ(s->input(1), b);
+  }
+  ASSERT_EQ(s->control_inputs().size(), deps.size());
+  for (std::size_t i = 0; i < deps.size(); ++i) EXPECT_EQ(s->control_inputs()[i], deps[i]);
+  Graph copy = g.clone();
+  const Node* cs = copy.find_node("sum");
+  ASSERT_EQ(cs->control_inputs().size(), deps.size());
+  for (std::size_t i = 0; i < deps.size(); ++i) {
+    EXPECT_EQ(cs->control_inputs()[i], copy.find_node(deps[i]->name()));
+  }
+  EXPECT_EQ(cs->input(1).node(), copy.find_node("b"));
+  // The copy's own additions do not reach the original.
+  ASSERT_TRUE(copy.add_control_input(copy.mutable_node(cs->id()), copy.find_node("a")).is_ok());
+  EXPECT_EQ(cs->control_inputs().size(), deps.size() + 1);
+  EXPECT_EQ(s->control_inputs().size(), deps.size());
+}
+
+// Node pointers stay valid while thousands more nodes are added, and clones
+// and extends of a big graph keep every edge.
+TEST(GraphTest, NodePointersStayValidAsTheGraphGrows) {
+  Graph g;
+  Output x = ops::Const(g, Tensor(1.0f), "x");
+  const Node* first = x.node();
+  Output last = x;
+  for (int i = 0; i < 3000; ++i) last = ops::Neg(g, last);
+  EXPECT_EQ(g.node(0), first);
+  EXPECT_EQ(first->name(), "x");
+  Graph copy = g.clone();
+  for (int i = 0; i < 2000; ++i) last = ops::Neg(g, last);
+  ASSERT_TRUE(copy.append_nodes_from(g).is_ok());
+  ASSERT_EQ(copy.num_nodes(), g.num_nodes());
+  for (int id = 1; id < copy.num_nodes(); ++id) {
+    ASSERT_EQ(copy.node(id)->input(0).node(), copy.node(id - 1)) << id;
+    ASSERT_EQ(g.node(id)->input(0).node(), g.node(id - 1)) << id;
+  }
+  EXPECT_EQ(g.node(0), first);
+}
+
 // Nodes with equal attributes and output signatures keep one copy of them
 // (memory per node); a node's values are its own whatever it shares.
 TEST(GraphTest, NodesShareEqualAttributesAndKeepTheirOwnValues) {
