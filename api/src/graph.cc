@@ -63,19 +63,30 @@ void* Edges::allocate(uint32_t inputs, uint32_t control_capacity) {
 Edges::Edges(std::span<const Output> inputs, std::span<const Node* const> controls)
     : num_inputs_(static_cast<uint32_t>(inputs.size())),
       num_controls_(static_cast<uint32_t>(controls.size())) {
-  data_ = allocate(num_inputs_, capacity(num_controls_));
+  if (is_inline()) {
+    u_.one = controls.front();
+    return;
+  }
+  u_.heap = allocate(num_inputs_, capacity(num_controls_));
   std::uninitialized_copy(inputs.begin(), inputs.end(), input_data());
   std::uninitialized_copy(controls.begin(), controls.end(), control_data());
 }
 
 void Edges::add_control(const Node* dep) {
-  if (num_controls_ == capacity(num_controls_)) {  // full (or empty)
+  if (num_inputs_ == 0 && num_controls_ == 0) {
+    u_.one = dep;
+    num_controls_ = 1;
+    return;
+  }
+  if (is_inline() || num_controls_ == capacity(num_controls_)) {  // full
     Edges grown;
-    grown.data_ = allocate(num_inputs_, capacity(num_controls_ + 1));
+    grown.u_.heap = allocate(num_inputs_, capacity(num_controls_ + 1));
+    std::uninitialized_copy(inputs().begin(), inputs().end(), static_cast<Output*>(grown.u_.heap));
+    std::uninitialized_copy(controls().begin(), controls().end(),
+                            reinterpret_cast<const Node**>(static_cast<char*>(grown.u_.heap) +
+                                                           num_inputs_ * sizeof(Output)));
     grown.num_inputs_ = num_inputs_;
     grown.num_controls_ = num_controls_;
-    std::uninitialized_copy(inputs().begin(), inputs().end(), grown.input_data());
-    std::uninitialized_copy(controls().begin(), controls().end(), grown.control_data());
     *this = std::move(grown);
   }
   control_data()[num_controls_++] = dep;

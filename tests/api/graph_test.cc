@@ -165,17 +165,28 @@ TEST(GraphTest, ControlInputsAddedLaterKeepInputsAndOrder) {
   }
   ASSERT_EQ(s->control_inputs().size(), deps.size());
   for (std::size_t i = 0; i < deps.size(); ++i) EXPECT_EQ(s->control_inputs()[i], deps[i]);
+  Node* lone = g.mutable_node(ops::NoOp(g, "lone")->id());
+  ASSERT_TRUE(g.add_control_input(lone, deps[0]).is_ok());
   Graph copy = g.clone();
+  EXPECT_EQ(copy.find_node("lone")->control_inputs()[0], copy.find_node("dep0"));
   const Node* cs = copy.find_node("sum");
   ASSERT_EQ(cs->control_inputs().size(), deps.size());
   for (std::size_t i = 0; i < deps.size(); ++i) {
     EXPECT_EQ(cs->control_inputs()[i], copy.find_node(deps[i]->name()));
   }
   EXPECT_EQ(cs->input(1).node(), copy.find_node("b"));
+  // A node without data inputs holds a lone control input in place, then
+  // moves them to an allocation as more come.
+  for (std::size_t k = 1; k < 3; ++k) {
+    ASSERT_TRUE(g.add_control_input(lone, deps[k]).is_ok());
+    ASSERT_EQ(lone->control_inputs().size(), k + 1);
+    for (std::size_t i = 0; i <= k; ++i) EXPECT_EQ(lone->control_inputs()[i], deps[i]);
+  }
   // The copy's own additions do not reach the original.
   ASSERT_TRUE(copy.add_control_input(copy.mutable_node(cs->id()), copy.find_node("a")).is_ok());
   EXPECT_EQ(cs->control_inputs().size(), deps.size() + 1);
   EXPECT_EQ(s->control_inputs().size(), deps.size());
+  EXPECT_EQ(copy.find_node("lone")->control_inputs().size(), 1u);
 }
 
 // Node pointers stay valid while thousands more nodes are added, and clones

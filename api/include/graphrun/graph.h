@@ -121,40 +121,53 @@ struct NodeProto {
 };
 
 /// A node's data inputs and control inputs in one allocation (two vectors
-/// cost 48 bytes a node and an allocation each). Control inputs may be
-/// appended (capacity: the next power of two).
+/// cost 48 bytes a node and an allocation each); a lone control input (a
+/// chain's, a tree's) is held in place of the pointer, with no allocation.
+/// Control inputs may be appended (capacity: the next power of two).
 class Edges {
  public:
   Edges() = default;
   Edges(std::span<const Output> inputs, std::span<const Node* const> controls);
   Edges(const Edges& o) : Edges(o.inputs(), o.controls()) {}
   Edges(Edges&& o) noexcept
-      : data_(std::exchange(o.data_, nullptr)),
+      : u_(std::exchange(o.u_, {})),
         num_inputs_(std::exchange(o.num_inputs_, 0)),
         num_controls_(std::exchange(o.num_controls_, 0)) {}
   Edges& operator=(Edges o) noexcept {
-    std::swap(data_, o.data_);
+    std::swap(u_, o.u_);
     std::swap(num_inputs_, o.num_inputs_);
     std::swap(num_controls_, o.num_controls_);
     return *this;
   }
-  ~Edges() { ::operator delete(data_); }
+  ~Edges() {
+    if (!is_inline()) ::operator delete(u_.heap);
+  }
 
   std::span<const Output> inputs() const { return {input_data(), num_inputs_}; }
   std::span<Output> mutable_inputs() { return {input_data(), num_inputs_}; }
-  std::span<const Node* const> controls() const { return {control_data(), num_controls_}; }
-  std::span<const Node*> mutable_controls() { return {control_data(), num_controls_}; }
+  std::span<const Node* const> controls() const {
+    return {is_inline() ? &u_.one : control_data(), num_controls_};
+  }
+  std::span<const Node*> mutable_controls() {
+    return {is_inline() ? &u_.one : control_data(), num_controls_};
+  }
   /// Appends a control input.
   void add_control(const Node* dep);
 
  private:
   static uint32_t capacity(uint32_t n);
   static void* allocate(uint32_t inputs, uint32_t control_capacity);
-  Output* input_data() const { return static_cast<Output*>(data_); }
+  bool is_inline() const { return num_inputs_ == 0 && num_controls_ == 1; }
+  Output* input_data() const { return static_cast<Output*>(u_.heap); }
   const Node** control_data() const {
-    return reinterpret_cast<const Node**>(static_cast<char*>(data_) + num_inputs_ * sizeof(Output));
+    return reinterpret_cast<const Node**>(static_cast<char*>(u_.heap) +
+                                          num_inputs_ * sizeof(Output));
   }
-  void* data_ = nullptr;  // inputs_ Outputs, then capacity(num_controls_) pointers
+  union Storage {
+    void* heap = nullptr;  // inputs, then capacity(num_controls_) control inputs
+    const Node* one;       // the control input when is_inline()
+  };
+  Storage u_;
   uint32_t num_inputs_ = 0;
   uint32_t num_controls_ = 0;
 };
