@@ -57,7 +57,6 @@ SessionImpl::SessionImpl(Graph graph, SessionOptions options)
       pool_(pool_for(options)),
       cache_(options.plan_cache_capacity),
       kernels_(static_cast<std::size_t>(graph_.num_nodes())),
-      kernel_ptrs_(new std::atomic<OpKernel*>[static_cast<std::size_t>(graph_.num_nodes())]()),
       epoch_(std::chrono::steady_clock::now()) {
   runtime_.parallel_for = &tbb_parallel_for;
   runtime_.threads = pool_->num_threads();
@@ -323,10 +322,10 @@ void SessionImpl::sweep_idle_partial_runs() {
 Result<OpKernel*> SessionImpl::kernel_for(const Node& node) {
   const auto id = static_cast<std::size_t>(node.id());
   // acquire: pairs with the release below, so the kernel is fully built.
-  if (OpKernel* k = kernel_ptrs_[id].load(std::memory_order_acquire)) return k;
+  if (OpKernel* k = kernels_[id].load(std::memory_order_acquire)) return k;
   std::lock_guard lock(kernels_mu_);
-  auto& slot = kernels_[id];
-  if (slot == nullptr) {
+  OpKernel* k = kernels_[id].load(std::memory_order_relaxed);
+  if (k == nullptr) {
     OpKernelConstruction construction(node, resources_);
     const KernelFactory& factory =
         node.kernel_override() ? *node.kernel_override() : node.registration().factory;
@@ -334,10 +333,10 @@ Result<OpKernel*> SessionImpl::kernel_for(const Node& node) {
     if (!made.is_ok()) {
       return made.status().with_prefix(fmt::format("creating the kernel of {}", node.describe()));
     }
-    slot = std::move(*made);
-    kernel_ptrs_[id].store(slot.get(), std::memory_order_release);
+    k = made->release();
+    kernels_[id].store(k, std::memory_order_release);
   }
-  return slot.get();
+  return k;
 }
 
 Status SessionImpl::extend(const Graph& grown) {
@@ -351,13 +350,17 @@ Status SessionImpl::extend(const Graph& grown) {
   // No plan is being compiled (that holds graph_mu_ shared): the kernel
   // tables can grow.
   std::lock_guard kernels_lock(kernels_mu_);
-  kernels_.resize(after);
-  auto ptrs = std::unique_ptr<std::atomic<OpKernel*>[]>(new std::atomic<OpKernel*>[after]());
-  for (std::size_t i = 0; i < before; ++i) {
-    ptrs[i].store(kernel_ptrs_[i].load(std::memory_order_relaxed), std::memory_order_relaxed);
-  }
-  kernel_ptrs_ = std::move(ptrs);  // published to readers by graph_mu_'s unlock
+  kernels_.grow(after);  // published to readers by graph_mu_'s unlock
   return Status::ok();
+}
+
+void SessionImpl::KernelTable::grow(std::size_t n) {
+  auto ptrs = std::unique_ptr<std::atomic<OpKernel*>[]>(new std::atomic<OpKernel*>[n]());
+  for (std::size_t i = 0; i < size_; ++i) {
+    ptrs[i].store(ptrs_[i].load(std::memory_order_relaxed), std::memory_order_relaxed);
+  }
+  ptrs_ = std::move(ptrs);
+  size_ = n;
 }
 
 template <typename FeedRefs>

@@ -218,10 +218,26 @@ class SessionImpl {
   ResourceManager resources_;
   PlanCache cache_;
   std::mutex kernels_mu_;
-  std::vector<std::unique_ptr<OpKernel>> kernels_;  // by node id; guarded by kernels_mu_
-  // The same pointers for lock-free lookup once made (null until then);
-  // read under graph_mu_ shared, reallocated by extend under it exclusive.
-  std::unique_ptr<std::atomic<OpKernel*>[]> kernel_ptrs_;
+  // The kernels by node id, owned here (8 bytes a node): null until made
+  // under kernels_mu_; read lock-free under graph_mu_ shared, reallocated
+  // by extend under it exclusive.
+  class KernelTable {
+   public:
+    explicit KernelTable(std::size_t n) : size_(n), ptrs_(new std::atomic<OpKernel*>[n]()) {}
+    KernelTable(const KernelTable&) = delete;
+    KernelTable& operator=(const KernelTable&) = delete;
+    ~KernelTable() {
+      for (std::size_t i = 0; i < size_; ++i) delete ptrs_[i].load(std::memory_order_relaxed);
+    }
+    std::atomic<OpKernel*>& operator[](std::size_t i) { return ptrs_[i]; }
+    // Room for `n` nodes, keeping the kernels made; no reader may run.
+    void grow(std::size_t n);
+
+   private:
+    std::size_t size_;
+    std::unique_ptr<std::atomic<OpKernel*>[]> ptrs_;
+  };
+  KernelTable kernels_;
   std::atomic<bool> closed_{false};
   StripedCounter calls_in_flight_;           // public calls inside the session
   std::atomic<int64_t> next_run_serial_{1};  // relaxed: uniqueness only

@@ -2,6 +2,7 @@
 #include <graphrun/graphrun.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <stdexcept>
 #include <thread>
@@ -22,6 +23,47 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 using Tensors = Result<std::vector<Tensor>>;
+
+// The `cheap` hint reaches the kernel of either overload, and each kernel
+// calls its own node's callable.
+TEST(CallTest, KernelsCarryTheCheapHintAndTheirOwnCallable) {
+  Graph g;
+  std::vector<int> called;
+  for (const bool cheap : {false, true}) {
+    const int tag = cheap ? 1 : 0;
+    ops::Call(g, {}, {},
+              [&called, tag](std::span<const Tensor>) -> Tensors {
+                called.push_back(tag);
+                return std::vector<Tensor>();
+              },
+              {.cheap = cheap});
+    ops::Call(g, {}, {},
+              [&called, tag](OpKernelContext&) {
+                called.push_back(10 + tag);
+                return Status::ok();
+              },
+              {.cheap = cheap});
+  }
+  ASSERT_THAT(g.status(), IsOk());
+  ResourceManager resources;
+  std::vector<int> expected_calls;
+  for (int id = 0; id < g.num_nodes(); ++id) {
+    const Node& node = *g.node(id);
+    OpKernelConstruction construction(node, resources);
+    ASSERT_NE(node.kernel_override(), nullptr);
+    Result<std::unique_ptr<OpKernel>> kernel = (*node.kernel_override())(construction);
+    ASSERT_THAT(kernel.status(), IsOk());
+    EXPECT_EQ((*kernel)->is_cheap(), id >= 2) << node.describe();
+    expected_calls.push_back((id % 2 == 0 ? 0 : 10) + (id >= 2 ? 1 : 0));
+  }
+  std::unique_ptr<Session> session = make_session(g);
+  std::vector<TargetRef> targets;
+  for (int id = 0; id < g.num_nodes(); ++id) targets.emplace_back(g.node(id));
+  ASSERT_THAT(session->run({}, {}, targets).status(), IsOk());
+  std::sort(called.begin(), called.end());
+  std::sort(expected_calls.begin(), expected_calls.end());
+  EXPECT_EQ(called, expected_calls);
+}
 
 TEST(CallTest, ComputesFromItsInputs) {
   Graph g;
