@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <mutex>
 #include <stdexcept>
 #include <thread>
 
@@ -28,6 +29,7 @@ using Tensors = Result<std::vector<Tensor>>;
 // calls its own node's callable.
 TEST(CallTest, KernelsCarryTheCheapHintAndTheirOwnCallable) {
   Graph g;
+  std::mutex mu;  // the nodes may run on two threads at once
   std::vector<int> called;
   for (const bool cheap : {false, true}) {
     const int tag = cheap ? 1 : 0;
