@@ -34,13 +34,15 @@ TEST(CallTest, KernelsCarryTheCheapHintAndTheirOwnCallable) {
   for (const bool cheap : {false, true}) {
     const int tag = cheap ? 1 : 0;
     ops::Call(g, {}, {},
-              [&called, tag](std::span<const Tensor>) -> Tensors {
+              [&mu, &called, tag](std::span<const Tensor>) -> Tensors {
+                const std::lock_guard lock(mu);
                 called.push_back(tag);
                 return std::vector<Tensor>();
               },
               {.cheap = cheap});
     ops::Call(g, {}, {},
-              [&called, tag](OpKernelContext&) {
+              [&mu, &called, tag](OpKernelContext&) {
+                const std::lock_guard lock(mu);
                 called.push_back(10 + tag);
                 return Status::ok();
               },
