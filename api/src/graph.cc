@@ -326,7 +326,8 @@ Result<Output> Graph::find_output(std::string_view name) const {
 
 namespace {
 
-// Hash mixing (a 64-bit multiply and rotate; collisions only cost a compare).
+// Hash mixing (a 64-bit multiply and an xor-shift; collisions only cost a
+// compare).
 void mix(std::size_t& h, std::size_t v) {
   h = (h ^ v) * 0x9E3779B97F4A7C15ull;
   h ^= h >> 29;
