@@ -55,9 +55,12 @@ namespace graph_internal {
 
 uint32_t Edges::capacity(uint32_t n) { return n == 0 ? 0 : std::bit_ceil(n); }
 
-void* Edges::allocate(uint32_t inputs, uint32_t control_capacity) {
-  const std::size_t bytes = inputs * sizeof(Output) + control_capacity * sizeof(const Node*);
-  return bytes == 0 ? nullptr : ::operator new(bytes);
+void Edges::allocate_and_copy(std::span<const Output> inputs, std::span<const Node* const> controls,
+                              uint32_t control_capacity) {
+  const std::size_t bytes = num_inputs_ * sizeof(Output) + control_capacity * sizeof(const Node*);
+  u_.heap = bytes == 0 ? nullptr : ::operator new(bytes);
+  std::uninitialized_copy(inputs.begin(), inputs.end(), input_data());
+  std::uninitialized_copy(controls.begin(), controls.end(), control_data());
 }
 
 Edges::Edges(std::span<const Output> inputs, std::span<const Node* const> controls)
@@ -67,29 +70,26 @@ Edges::Edges(std::span<const Output> inputs, std::span<const Node* const> contro
     u_.one = controls.front();
     return;
   }
-  u_.heap = allocate(num_inputs_, capacity(num_controls_));
-  std::uninitialized_copy(inputs.begin(), inputs.end(), input_data());
-  std::uninitialized_copy(controls.begin(), controls.end(), control_data());
+  allocate_and_copy(inputs, controls, capacity(num_controls_));
+}
+
+Edges::Edges(std::span<const Output> inputs, std::span<const Node* const> controls,
+             const Node* extra)
+    : num_inputs_(static_cast<uint32_t>(inputs.size())),
+      num_controls_(static_cast<uint32_t>(controls.size()) + 1) {
+  allocate_and_copy(inputs, controls, capacity(num_controls_));
+  control_data()[num_controls_ - 1] = extra;
 }
 
 void Edges::add_control(const Node* dep) {
   if (num_inputs_ == 0 && num_controls_ == 0) {
     u_.one = dep;
     num_controls_ = 1;
-    return;
+  } else if (is_inline() || num_controls_ == capacity(num_controls_)) {  // full
+    *this = Edges(inputs(), controls(), dep);
+  } else {
+    control_data()[num_controls_++] = dep;
   }
-  if (is_inline() || num_controls_ == capacity(num_controls_)) {  // full
-    Edges grown;
-    grown.u_.heap = allocate(num_inputs_, capacity(num_controls_ + 1));
-    std::uninitialized_copy(inputs().begin(), inputs().end(), static_cast<Output*>(grown.u_.heap));
-    std::uninitialized_copy(controls().begin(), controls().end(),
-                            reinterpret_cast<const Node**>(static_cast<char*>(grown.u_.heap) +
-                                                           num_inputs_ * sizeof(Output)));
-    grown.num_inputs_ = num_inputs_;
-    grown.num_controls_ = num_controls_;
-    *this = std::move(grown);
-  }
-  control_data()[num_controls_++] = dep;
 }
 
 }  // namespace graph_internal

@@ -155,8 +155,14 @@ class Edges {
   void add_control(const Node* dep);
 
  private:
+  // A heap copy of `inputs` and `controls` followed by `extra` (never the
+  // in-place form): what add_control grows into.
+  Edges(std::span<const Output> inputs, std::span<const Node* const> controls, const Node* extra);
   static uint32_t capacity(uint32_t n);
-  static void* allocate(uint32_t inputs, uint32_t control_capacity);
+  // Allocates room for num_inputs_ inputs and `control_capacity` control
+  // inputs, and copies `inputs` and `controls` into it.
+  void allocate_and_copy(std::span<const Output> inputs, std::span<const Node* const> controls,
+                         uint32_t control_capacity);
   bool is_inline() const { return num_inputs_ == 0 && num_controls_ == 1; }
   Output* input_data() const { return static_cast<Output*>(u_.heap); }
   const Node** control_data() const {
@@ -368,9 +374,9 @@ class Graph {
   std::string scoped(std::string_view base) const;
 
   const OpRegistry* registry_;
-  // Nodes by id. They live in chunks_ (4 to 1024 nodes each, doubling; a clone's
-  // first chunk holds all it copies):
-  // one allocation per chunk rather than per node, and never moved.
+  // Nodes by id. They live in chunks_ (4 to 1024 nodes each, doubling; a
+  // clone's first chunk holds all it copies): one allocation per chunk
+  // rather than per node, and never moved.
   std::vector<Node*> nodes_;
   std::vector<std::unique_ptr<Node[]>> chunks_;
   std::size_t chunk_used_ = 0;  // nodes taken from chunks_.back()
