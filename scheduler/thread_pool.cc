@@ -11,8 +11,8 @@
 
 namespace graphrun {
 
-thread_local ThreadPool::Impl* ThreadPool::Impl::current = nullptr;
-thread_local ThreadPool::Impl* ThreadPool::Impl::in_arena = nullptr;
+constinit thread_local ThreadPool::Impl* ThreadPool::Impl::current = nullptr;
+constinit thread_local ThreadPool::Impl* ThreadPool::Impl::in_arena = nullptr;
 
 namespace {
 // oneTBB starts one worker fewer than the machine's cores (the caller is

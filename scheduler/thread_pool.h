@@ -131,12 +131,12 @@ struct ThreadPool::Impl {
   // The pool whose arena the calling thread is executing in (innermost):
   // set by execute() and run_inline() for callers, and around every kernel (and parallel_for
   // chunk) by the scheduler, so workers count as inside too.
-  static thread_local Impl* current;
+  static constinit thread_local Impl* current;
 
   // The pool whose arena (blocking or asynchronous) the calling thread is
   // running in, innermost; unlike `current`, never set for a step run on
   // its caller outside the arena (run_inline).
-  static thread_local Impl* in_arena;
+  static constinit thread_local Impl* in_arena;
   class InArena {
    public:
     explicit InArena(Impl* pool) : outer_(std::exchange(in_arena, pool)) {}
