@@ -119,9 +119,10 @@ void CostModel::update(const Plan& plan) {
   for (std::size_t i = 0; i < n; ++i) {
     const bool was = cheap_[i].load(std::memory_order_relaxed) != 0;
     bool now = was;
-    if (streak_[i].load(std::memory_order_relaxed) >= kConfirm) {
+    const uint8_t packed = streak_[i].load(std::memory_order_relaxed);
+    if ((packed & kStreakMask) >= kConfirm) {
       now = !was;
-      streak_[i].store(0, std::memory_order_relaxed);
+      streak_[i].store(packed & static_cast<uint8_t>(~kStreakMask), std::memory_order_relaxed);
     }
     if (plan.nodes[i].skip_kernel) now = true;
     if (plan.nodes[i].async) now = false;

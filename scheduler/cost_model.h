@@ -10,11 +10,11 @@
 //
 // Measuring: a step's RunState counts each kernel's cycles on the first
 // kLearnSteps steps of every instance and on every kSampleEvery-th step
-// after them. When kConfirm samples in a row of a node fall on the other
-// side of its class boundary (with hysteresis), the step's end derives a new
-// policy and bumps the epoch: instances built under an older epoch are
-// dropped as they come back, and new ones are built under the current
-// policy.
+// after them. A node's first kLearnSteps samples classify it by the fastest
+// of them (noise only slows a kernel down); after that, when kConfirm
+// samples in a row fall on the other side of its class boundary (with
+// hysteresis), the step's end derives a new policy and bumps the epoch: instances built under an
+// older epoch are dropped as they come back, and new ones are built under the current policy.
 //
 // Before any measurement a node is cheap when its kernel says so
 // (OpKernel::is_cheap: the built-in ops' estimate from their shapes, or
@@ -23,6 +23,7 @@
 // sessions with SessionOptions::inline_cheap_nodes off (every node a task).
 #pragma once
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -110,18 +111,32 @@ class CostModel {
   bool waits_inline() const { return waits_inline_; }
 
   // One measured execution of node `i`'s kernel.
+  //
+  // A node's first kLearnSteps samples decide its class at once, by the
+  // fastest of them: cold caches, first-touch page faults and interrupts
+  // only ever slow a kernel down, so one fast sample clears a node that
+  // starts expensive, and a node that starts cheap turns expensive only if
+  // all of them are slow. The decision waits for the last of them, so a
+  // plan's nodes settle in one update rather than a few at a time (each
+  // new policy builds new instances, a flow graph for a large plan). From
+  // then on a node moves after kConfirm samples in a row on the other side.
   void record(int32_t i, uint64_t cycles) noexcept {
     const bool cheap = cheap_[i].load(std::memory_order_relaxed) != 0;
-    if (cheap ? cycles <= expensive_cycles_ : cycles >= cheap_cycles_) {
-      if (streak_[i].load(std::memory_order_relaxed) != 0)
-        streak_[i].store(0, std::memory_order_relaxed);
-      return;
+    const uint8_t old = streak_[i].load(std::memory_order_relaxed);
+    const auto seen = static_cast<uint8_t>(old >> kSeenShift);
+    auto streak = static_cast<uint8_t>(old & kStreakMask);
+    const bool other_side = cheap ? cycles > expensive_cycles_ : cycles < cheap_cycles_;
+    if (other_side) {
+      const bool learning_fast = !cheap && seen < kLearnSteps;
+      streak = learning_fast ? kConfirm : static_cast<uint8_t>(std::min<int>(streak + 1, kConfirm));
+    } else if (cheap || seen >= kLearnSteps) {
+      streak = 0;  // a slow sample of an expensive node while learning says nothing
     }
-    // On the other side of the boundary: kConfirm samples in a row (an
-    // interrupt or a cold cache makes one slow sample, not three).
-    const uint8_t s = streak_[i].load(std::memory_order_relaxed);
-    if (s < kConfirm) streak_[i].store(static_cast<uint8_t>(s + 1), std::memory_order_relaxed);
-    if (s + 1 >= kConfirm) dirty_.store(true, std::memory_order_relaxed);
+    const auto now_seen = static_cast<uint8_t>(seen < kLearnSteps ? seen + 1 : seen);
+    const auto next = static_cast<uint8_t>((now_seen << kSeenShift) | streak);
+    if (next != old) streak_[i].store(next, std::memory_order_relaxed);
+    if (streak >= kConfirm && now_seen >= kLearnSteps)
+      dirty_.store(true, std::memory_order_relaxed);
   }
   // Some node crossed its class boundary since the last update().
   bool dirty() const { return dirty_.load(std::memory_order_relaxed); }
@@ -131,6 +146,11 @@ class CostModel {
 
   // Samples in a row past the boundary that move a node to the other class.
   static constexpr uint8_t kConfirm = 3;
+  // streak_ packs, per node, the samples seen (up to kLearnSteps) above
+  // kSeenShift and the streak below it.
+  static constexpr int kSeenShift = 4;
+  static constexpr uint8_t kStreakMask = (1U << kSeenShift) - 1;
+  static_assert(kConfirm <= kStreakMask && kLearnSteps < 16);
   // The class boundaries: expensive above the first, cheap below the second.
   uint64_t expensive_cycles() const { return expensive_cycles_; }
   uint64_t cheap_cycles() const { return cheap_cycles_; }
@@ -147,7 +167,8 @@ class CostModel {
   bool inline_nodes_;
   uint64_t expensive_cycles_;
   uint64_t cheap_cycles_;
-  // Per node: consecutive samples on the other side of its class boundary.
+  // Per node: samples seen while learning, and consecutive samples on the
+  // other side of its class boundary (packed: kSeenShift).
   std::unique_ptr<std::atomic<uint8_t>[]> streak_;
   std::unique_ptr<std::atomic<uint8_t>[]> cheap_;  // per node, the current policy's class
   std::atomic<bool> dirty_{false};

@@ -141,11 +141,30 @@ TEST_F(ProbeTest, ACheapCallEndsUpOnTheCallingThread) {
   ASSERT_NO_FATAL_FAILURE(prepare());
   // Not declared cheap: the first step gives it a task in the pool.
   EXPECT_TRUE(step());
-  // Measured cheap over the first steps (3 in a row; a slow first sample,
-  // as a sanitizer's first touches make, waits for the next sampled steps):
-  // from then on the caller runs it.
+  // Measured cheap over the first steps (the fastest of 3 decides): from
+  // then on the caller runs it.
   EXPECT_TRUE(steps_until(false)) << "still a task after " << kMaxSteps << " steps";
   for (int i = 0; i < 20; ++i) EXPECT_FALSE(step()) << "step " << i;
+}
+
+// Its first samples decide by the fastest: a slow first step (cold caches,
+// page faults) does not keep a cheap node off the calling thread, so a
+// large plan settles in one policy change.
+TEST_F(ProbeTest, ASlowFirstSampleDoesNotDelayInlining) {
+  ASSERT_NO_FATAL_FAILURE(prepare());
+  probe_.work_us.store(kExpensiveUs);
+  EXPECT_TRUE(step());  // slow, and a task
+  probe_.work_us.store(0);
+  EXPECT_TRUE(step());
+  EXPECT_TRUE(step());  // the last learning sample: the policy changes after it
+  for (int i = 0; i < 20; ++i) EXPECT_FALSE(step()) << "step " << i;
+}
+
+// And a node that is slow in every learning sample stays a task.
+TEST_F(ProbeTest, ACallSlowInEveryFirstSampleKeepsItsTask) {
+  ASSERT_NO_FATAL_FAILURE(prepare());
+  probe_.work_us.store(kExpensiveUs);
+  for (int i = 0; i < 20; ++i) EXPECT_TRUE(step()) << "step " << i;
 }
 
 TEST_F(ProbeTest, ACallThatTurnsExpensiveGetsATaskAgain) {
