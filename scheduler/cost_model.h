@@ -13,8 +13,9 @@
 // after them. A node's first kLearnSteps samples classify it by the fastest
 // of them (noise only slows a kernel down); after that, when kConfirm
 // samples in a row fall on the other side of its class boundary (with
-// hysteresis), the step's end derives a new policy and bumps the epoch: instances built under an
-// older epoch are dropped as they come back, and new ones are built under the current policy.
+// hysteresis), the step's end derives a new policy and bumps the epoch:
+// instances built under an older epoch are dropped as they come back, and
+// new ones are built under the current policy.
 //
 // Before any measurement a node is cheap when its kernel says so
 // (OpKernel::is_cheap: the built-in ops' estimate from their shapes, or

@@ -140,10 +140,8 @@ class CallOp final : public OpKernel {
   Status compute(OpKernelContext& ctx) override {
     return run_guarded([&]() -> Status {
       std::vector<Tensor> inputs;
-      if (ctx.num_inputs() > 0) {
-        inputs.reserve(static_cast<std::size_t>(ctx.num_inputs()));
-        for (int i = 0; i < ctx.num_inputs(); ++i) inputs.push_back(ctx.input(i));
-      }
+      inputs.reserve(static_cast<std::size_t>(ctx.num_inputs()));
+      for (int i = 0; i < ctx.num_inputs(); ++i) inputs.push_back(ctx.input(i));
       Result<std::vector<Tensor>> result = fn_(std::span<const Tensor>(inputs));
       if (!result.is_ok()) return std::move(result).status();
       std::vector<Tensor>& outputs = *result;
