@@ -1,9 +1,11 @@
 #include "scheduler/flow_graph.h"
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <mutex>
 #include <thread>
+#include <utility>
 
 namespace graphrun::sched {
 
@@ -12,10 +14,17 @@ using tbb::flow::continue_msg;
 namespace {
 std::atomic<int64_t> g_live_instances{0};  // relaxed: a statistic for tests
 
-// How long run_waiting yields before it sleeps on its condition variable:
-// a message already on its way ends a Recv within microseconds, and a
-// sleeping thread costs a futex wake-up (5-20 us on a VM) on top.
+// How long run_waiting spins (testing the lent helpers, or yielding)
+// before it sleeps on its condition variable: a message already on its way
+// ends a Recv within microseconds, and a sleeping thread costs a futex
+// wake-up (5-20 us on a VM) plus the progress thread's polling period on
+// top. After a wait that outlasted the spin by less than the spin's
+// ceiling, the next spins cover twice that wait: two ranks answering each
+// other would otherwise stay in step with the sleeper's delays (each wait
+// longer than the spin because the peer slept through its own; measured:
+// 14% of a ping-pong's round trips at 140 us instead of 1.7).
 constexpr auto kWaitSpin = std::chrono::microseconds(50);
+constexpr auto kMaxWaitSpin = std::chrono::milliseconds(1);
 }  // namespace
 
 // The asynchronous kernels of a run_waiting that have finished, not yet
@@ -24,15 +33,27 @@ constexpr auto kWaitSpin = std::chrono::microseconds(50);
 struct FlowInstance::Waiting final : internal::WaitSink {
   std::mutex mu;
   std::condition_variable cv;
-  std::vector<int32_t> nodes;        // guarded by mu
-  std::atomic<int32_t> count{0};     // nodes.size(), read without the lock
-  std::vector<WaitHelper*> helpers;  // the waiting thread's only
-  std::vector<int32_t> ended;        // the waiting thread's only
+  std::vector<int32_t> nodes;  // guarded by mu
+  // Ended on the waiting thread itself (a kernel that finished as it
+  // started, or while the thread polled its helper): no lock, no wake-up.
+  std::vector<int32_t> own;                  // the waiting thread's only
+  std::atomic<int32_t> count{0};             // nodes.size() + own.size(), read without the lock
+  std::vector<WaitHelper*> helpers;          // the waiting thread's only
+  std::vector<int32_t> ended;                // the waiting thread's only
+  std::chrono::nanoseconds spin{kWaitSpin};  // the waiting thread's only
+
+  // The Waiting whose thread this is, while it runs run_waiting.
+  static constinit thread_local Waiting* mine;
 
   void lend(WaitHelper& helper) override { helpers.push_back(&helper); }
 
   static void notify(void* self, int32_t i) {
     auto* f = static_cast<Waiting*>(self);
+    if (mine == f) {
+      f->own.push_back(i);
+      f->count.fetch_add(1, std::memory_order_relaxed);  // read on this thread
+      return;
+    }
     // Under the lock to the end: once it is released, the waiter may go.
     const std::lock_guard lock(f->mu);
     f->nodes.push_back(i);
@@ -58,26 +79,51 @@ struct FlowInstance::Waiting final : internal::WaitSink {
   // released. Every helper is polled at least once, however late the
   // thread gets here.
   void take(std::vector<int32_t>& out) {
-    const auto spin_until = std::chrono::steady_clock::now() + kWaitSpin;
-    while (count.load(std::memory_order_acquire) == 0) {
+    // The clock is read every kPollsPerClock polls (a poll of a message
+    // is a few tens of nanoseconds, a clock read about as much), the first
+    // time to start the spin's window.
+    constexpr unsigned kPollsPerClock = 8;
+    using Clock = std::chrono::steady_clock;
+    Clock::time_point spin_from{};
+    bool slept = false;
+    for (unsigned polls = 1; count.load(std::memory_order_acquire) == 0; ++polls) {
       if (helpers.empty()) {
         std::this_thread::yield();
       } else {
         poll_helpers();
       }
       if (count.load(std::memory_order_acquire) != 0) break;
-      if (std::chrono::steady_clock::now() >= spin_until) {
+      if (polls % kPollsPerClock != 0) continue;
+      const auto now = Clock::now();
+      if (spin_from == Clock::time_point{}) {
+        spin_from = now;
+      } else if (now - spin_from >= spin) {
         release_helpers();
+        slept = true;
         break;
       }
     }
-    std::unique_lock lock(mu);
-    cv.wait(lock, [this] { return !nodes.empty(); });
-    out.swap(nodes);
-    nodes.clear();
-    count.store(0, std::memory_order_relaxed);
+    // `out` is empty; what ended elsewhere waits for the next take().
+    if (!own.empty()) {
+      out.swap(own);
+      count.fetch_sub(static_cast<int32_t>(out.size()), std::memory_order_relaxed);
+      return;
+    }
+    {
+      std::unique_lock lock(mu);
+      cv.wait(lock, [this] { return !nodes.empty(); });
+      out.swap(nodes);
+      count.fetch_sub(static_cast<int32_t>(out.size()), std::memory_order_relaxed);
+    }
+    if (slept) {
+      const auto waited = Clock::now() - spin_from;
+      spin = 2 * waited <= kMaxWaitSpin ? std::max<std::chrono::nanoseconds>(kWaitSpin, 2 * waited)
+                                        : std::chrono::nanoseconds(kWaitSpin);
+    }
   }
 };
+
+constinit thread_local FlowInstance::Waiting* FlowInstance::Waiting::mine = nullptr;
 
 namespace {
 // Sets the calling thread's wait sink for a scope.
@@ -265,6 +311,14 @@ void FlowInstance::run_waiting() {
   }
   if (waiting_ == nullptr) waiting_ = std::make_unique<Waiting>();
   Waiting& finished = *waiting_;
+  // Set for this call (a kernel's nested step sets its own and restores).
+  struct Mine {
+    Waiting* saved;
+    explicit Mine(Waiting* w) : saved(std::exchange(Waiting::mine, w)) {}
+    Mine(const Mine&) = delete;
+    Mine& operator=(const Mine&) = delete;
+    ~Mine() { Waiting::mine = saved; }
+  } const mine(&finished);
   std::vector<int32_t>& ended = finished.ended;
   int32_t outstanding = 0;
   for (;;) {

@@ -68,6 +68,8 @@ void RunState::record_error(Status s) {
 }
 
 Status RunState::status() {
+  // status_ changes only in record_error, which sets failed_ after it.
+  if (!failed_.load(std::memory_order_acquire)) return Status::ok();
   std::lock_guard lock(mu_);
   return status_;
 }
@@ -231,13 +233,15 @@ bool RunState::execute_async(int32_t i, AsyncNotify notify, void* arg) noexcept 
   a.status = Status::ok();
   a.done.store(false, std::memory_order_relaxed);  // published by compute_async's call
   a.ctx.emplace(make_context(item));
+  a.notify = notify;
+  a.arg = arg;
+  a.index = i;
   // The first call wins; the status reaches finish_async through notify's
   // task submission.
-  AsyncOpKernel::Done done = [this, i, notify, arg](Status s) {
-    AsyncSlot& slot = async_[static_cast<std::size_t>(i)];
-    if (slot.done.exchange(true, std::memory_order_acq_rel)) return;
-    slot.status = std::move(s);
-    notify(arg, i);
+  AsyncOpKernel::Done done = [slot = &a](Status s) {
+    if (slot->done.exchange(true, std::memory_order_acq_rel)) return;
+    slot->status = std::move(s);
+    slot->notify(slot->arg, slot->index);
   };
   // Once done has run, the slot and the context belong to finish_async:
   // nothing here touches them after compute_async.

@@ -171,10 +171,15 @@ class RunState {
   // finish_async. `done` is set by the kernel's first done call; its
   // status then reaches finish_async through the finisher's task
   // submission (the happens-before).
+  // `notify(arg, index)` reports the end; kept here so that the kernel's
+  // done holds one pointer (no allocation in std::function).
   struct AsyncSlot {
     std::optional<OpKernelContext> ctx;
     Status status;
+    AsyncNotify notify = nullptr;
+    void* arg = nullptr;
     int64_t start_ns = 0;
+    int32_t index = 0;
     uint8_t checks = 0;
     bool started = false;
     std::atomic<bool> done{false};

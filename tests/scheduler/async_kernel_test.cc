@@ -11,12 +11,14 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <deque>
 #include <functional>
 #include <future>
 #include <mutex>
 #include <set>
 #include <stdexcept>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tests/testing/op_harness.h"
@@ -460,6 +462,145 @@ TEST_P(AsyncKernelTest, AHelperStillOutIsReleasedBeforeTheCallerSleeps) {
   EXPECT_EQ(log.lent, 3);
   EXPECT_EQ(log.released, 3);
   EXPECT_FALSE(log.polled_on.empty());
+}
+
+// One thread, started beforehand, that runs jobs at their times: a
+// released helper's end costs a wake-up, not a thread's creation.
+class Finisher {
+ public:
+  using Clock = std::chrono::steady_clock;
+  Finisher() : thread_([this] { loop(); }) {}
+  Finisher(const Finisher&) = delete;
+  Finisher& operator=(const Finisher&) = delete;
+  // Runs what is queued, then stops.
+  ~Finisher() {
+    {
+      const std::lock_guard lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    thread_.join();
+  }
+  void at(Clock::time_point when, std::function<void()> job) {
+    {
+      const std::lock_guard lock(mu_);
+      jobs_.emplace_back(when, std::move(job));
+    }
+    cv_.notify_one();
+  }
+
+ private:
+  void loop() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [this] { return stop_ || !jobs_.empty(); });
+      if (jobs_.empty()) return;
+      auto [when, job] = std::move(jobs_.front());
+      jobs_.pop_front();
+      lock.unlock();
+      std::this_thread::sleep_until(when);
+      job();
+      lock.lock();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::pair<Clock::time_point, std::function<void()>>> jobs_;  // guarded by mu_
+  bool stop_ = false;                                                     // guarded by mu_
+  std::thread thread_;
+};
+
+// A kernel like LendingKernel whose helper finishes once `delay` has passed
+// since the kernel started: polled by the waiting thread, or, once
+// released, on the Finisher's thread.
+class TimedLendingKernel final : public AsyncOpKernel {
+ public:
+  TimedLendingKernel(Finisher& finisher, std::atomic<int>& released,
+                     std::chrono::microseconds delay)
+      : finisher_(finisher), released_(released), delay_(delay) {}
+
+  void compute_async(OpKernelContext& ctx, Done done) override {
+    auto* helper =
+        new Helper(*this, ctx, std::move(done), std::chrono::steady_clock::now() + delay_);
+    if (!ctx.lend_to_waiter(*helper)) helper->release();
+  }
+
+ private:
+  class Helper final : public WaitHelper {
+   public:
+    Helper(TimedLendingKernel& k, OpKernelContext& ctx, Done done,
+           std::chrono::steady_clock::time_point at)
+        : k_(k), ctx_(ctx), done_(std::move(done)), at_(at) {}
+    bool poll() override {
+      if (std::chrono::steady_clock::now() < at_) return false;
+      done_(LaterKernel::add_one(ctx_));
+      delete this;
+      return true;
+    }
+    void release() override {
+      k_.released_.fetch_add(1);
+      k_.finisher_.at(at_, [this] {
+        done_(LaterKernel::add_one(ctx_));
+        delete this;
+      });
+    }
+
+   private:
+    ~Helper() = default;
+    TimedLendingKernel& k_;
+    OpKernelContext& ctx_;
+    Done done_;
+    const std::chrono::steady_clock::time_point at_;
+  };
+  Finisher& finisher_;
+  std::atomic<int>& released_;
+  const std::chrono::microseconds delay_;
+};
+
+// A caller whose wait outlasted its spin (50 us) by a little spins longer
+// at its next steps, up to twice that wait: a peer that answers 150 us
+// later is caught spinning, not after a sleep and a wake-up (two ranks
+// answering each other otherwise stay in step with each other's sleeps).
+// A wait far past the spin's ceiling (1 ms) leaves the spin short: every
+// such step sleeps.
+TEST_P(AsyncKernelTest, ACallerSpinsLongerAfterAWaitJustPastItsSpin) {
+  std::atomic<int> released{0};
+  Finisher finisher;
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  Output soon = async_node(
+      g, x,
+      [&] {
+        return std::make_unique<TimedLendingKernel>(finisher, released,
+                                                    std::chrono::microseconds(150));
+      },
+      "soon");
+  Output late = async_node(
+      g, x,
+      [&] {
+        return std::make_unique<TimedLendingKernel>(finisher, released,
+                                                    std::chrono::milliseconds(5));
+      },
+      "late");
+  auto s = session_with_threads(g, GetParam());
+  constexpr int kSteps = 20;
+  for (int i = 0; i < kSteps; ++i) {
+    auto r = s->run({{x, Tensor(static_cast<float>(i))}}, {soon});
+    ASSERT_THAT(r, IsOk());
+    EXPECT_EQ((*r)[0].scalar<float>(), static_cast<float>(i) + 1.0f);
+  }
+  // The first step sleeps; later ones only if a step is delayed past
+  // twice the previous wait (a loaded machine): far fewer than every one.
+  EXPECT_GE(released.load(), 1);
+  EXPECT_LE(released.load(), kSteps / 4);
+  released.store(0);
+  constexpr int kLateSteps = 4;
+  for (int i = 0; i < kLateSteps; ++i) {
+    auto r = s->run({{x, Tensor(static_cast<float>(i))}}, {late});
+    ASSERT_THAT(r, IsOk());
+    EXPECT_EQ((*r)[0].scalar<float>(), static_cast<float>(i) + 1.0f);
+  }
+  EXPECT_EQ(released.load(), kLateSteps);
 }
 
 // Four kernels that finish only when all four have started: a blocking

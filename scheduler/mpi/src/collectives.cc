@@ -237,10 +237,11 @@ class CollectiveKernel final : public AsyncOpKernel {
         reduction_(reduction),
         root_(root),
         key_hash_(key_hash),
+        counter_(world_->invocation_counter(key_hash)),
         what_(std::move(what)) {}
 
   void compute_async(OpKernelContext& ctx, Done done) override {
-    const uint64_t invocation = world_->next_invocation(key_hash_);
+    const uint64_t invocation = counter_.fetch_add(1, std::memory_order_relaxed);
     world_->engine().start(
         std::make_unique<Collective>(kind_, reduction_, root_, *world_, world_->engine().comm(),
                                      ctx, std::move(done), key_hash_, invocation, what_),
@@ -253,6 +254,7 @@ class CollectiveKernel final : public AsyncOpKernel {
   const Reduction reduction_;
   const int root_;
   const uint64_t key_hash_;
+  std::atomic<uint64_t>& counter_;  // the key's invocations in this process
   const std::string what_;
 };
 

@@ -119,15 +119,7 @@ class RecvOp final : public Transfer {
         }
         stage_ = 2;
         status_ = check_header();
-        if (status_.is_ok()) {
-          Result<Tensor> t = internal::tensor_for(packet_.header);
-          if (t.is_ok()) {
-            value_ = std::move(*t);
-          } else {
-            status_ = internal_error("{}: rank {} sent a malformed header: {}", *what_, peer_,
-                                     t.status().message());
-          }
-        }
+        if (status_.is_ok()) status_ = allocate();
         if (packet_.header.bytes <= kInlineBytes) {
           // The bytes came with the header.
           if (status_.is_ok() && packet_.header.bytes != 0)
@@ -163,7 +155,7 @@ class RecvOp final : public Transfer {
     return packet_.header.key_hash != hash_ || packet_.header.invocation < invocation_;
   }
 
-  Status check_header() const {
+  Status check_header() {
     if (packet_.header.key_hash != hash_ || packet_.header.invocation != invocation_) {
       return internal_error(
           "{}: rank {} sent invocation {} of another tensor (name hash {:x}) where this Recv "
@@ -175,11 +167,41 @@ class RecvOp final : public Transfer {
       return invalid_argument("{}: rank {} sent {} where this Recv expects {}", *what_, peer_,
                               static_cast<DType>(packet_.header.dtype), dtype_);
     }
-    GRAPHRUN_ASSIGN_OR_RETURN(Shape shape, internal::shape_of(packet_.header));
-    if (!shape.is_compatible_with(shape_)) {
-      return invalid_argument("{}: rank {} sent shape {} where this Recv expects {}", *what_, peer_,
-                              shape, shape_);
+    if (expected()) {
+      received_ = shape_;
+    } else {
+      GRAPHRUN_ASSIGN_OR_RETURN(received_, internal::shape_of(packet_.header));
+      if (!received_.is_compatible_with(shape_)) {
+        return invalid_argument("{}: rank {} sent shape {} where this Recv expects {}", *what_,
+                                peer_, received_, shape_);
+      }
     }
+    return Status::ok();
+  }
+
+  // The header's shape is the Recv's own, fully defined one (the common
+  // case: no shape to build and check).
+  bool expected() const {
+    const Header& h = packet_.header;
+    if (!shape_.is_fully_defined() || h.rank != shape_.rank()) return false;
+    for (int i = 0; i < h.rank; ++i) {
+      if (h.dims[i] != shape_.dim(i)) return false;
+    }
+    return true;
+  }
+
+  // value_, of the received shape, for the header's bytes.
+  Status allocate() {
+    Result<Tensor> t = Tensor::allocate_uninitialized(dtype_, received_);
+    if (t.is_ok() && t->byte_size() != packet_.header.bytes) {
+      t = internal_error("a header of {} bytes for a {} tensor of shape {}", packet_.header.bytes,
+                         dtype_, received_);
+    }
+    if (!t.is_ok()) {
+      return internal_error("{}: rank {} sent a malformed header: {}", *what_, peer_,
+                            t.status().message());
+    }
+    value_ = std::move(*t);
     return Status::ok();
   }
 
@@ -196,6 +218,7 @@ class RecvOp final : public Transfer {
   int stage_ = 0;
   Status status_;
   Packet packet_;
+  Shape received_;  // the header's, once checked
   Tensor value_;
   std::vector<char> drain_;
 };
@@ -213,7 +236,7 @@ class TransferKernel final : public AsyncOpKernel {
         send_(send),
         peer_(peer),
         hash_(hash),
-        counter_(counter_of(hash, peer, send)),
+        counter_(world_->invocation_counter(counter_of(hash, peer, send))),
         edge_(edge),
         dtype_(dtype),
         shape_(std::move(shape)),
@@ -226,7 +249,7 @@ class TransferKernel final : public AsyncOpKernel {
       invocation = static_cast<uint64_t>(ctx.input(ctx.num_inputs() - 1).scalar<int64_t>());
       tag = internal::edge_tag(edge_, invocation);
     } else {
-      invocation = world_->next_invocation(counter_);
+      invocation = counter_.fetch_add(1, std::memory_order_relaxed);
       tag = internal::tag_of(hash_, invocation);
     }
     internal::Engine& engine = world_->engine();
@@ -246,8 +269,8 @@ class TransferKernel final : public AsyncOpKernel {
   const bool send_;
   const int peer_;
   const uint64_t hash_;
-  const uint64_t counter_;
-  const int edge_;  // -1: matched by tensor name and invocation count
+  std::atomic<uint64_t>& counter_;  // this name's invocations to or from peer_
+  const int edge_;                  // -1: matched by tensor name and invocation count
   const DType dtype_;
   const Shape shape_;
   const std::string what_;

@@ -19,7 +19,9 @@ constexpr int kNeededTagBound = (1 << 30) - 1;
 
 struct World::Invocations {
   std::mutex mu;
-  std::unordered_map<uint64_t, uint64_t> next;  // key hash -> next invocation
+  // key hash -> next invocation; a node-based map, so a counter stays where
+  // it is while others are added.
+  std::unordered_map<uint64_t, std::atomic<uint64_t>> next;
 };
 
 Result<std::shared_ptr<World>> World::init(int* argc, char*** argv) {
@@ -109,9 +111,9 @@ World::~World() {
   }
 }
 
-uint64_t World::next_invocation(uint64_t key_hash) {
+std::atomic<uint64_t>& World::invocation_counter(uint64_t key_hash) {
   const std::lock_guard lock(invocations_->mu);
-  return invocations_->next[key_hash]++;
+  return invocations_->next[key_hash];
 }
 
 }  // namespace graphrun::mpi

@@ -23,6 +23,7 @@
 #include <graphrun/session.h>
 #include <graphrun/status.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
@@ -72,7 +73,12 @@ class World {
 
   /// The next invocation number of collective `key` in this process: the
   /// n-th invocation of a key on one rank meets the n-th on every other.
-  uint64_t next_invocation(uint64_t key_hash);
+  uint64_t next_invocation(uint64_t key_hash) {
+    return invocation_counter(key_hash).fetch_add(1, std::memory_order_relaxed);
+  }
+  /// The counter next_invocation() advances for `key`, for a kernel to keep
+  /// (no lookup per invocation): it lives as long as the World.
+  std::atomic<uint64_t>& invocation_counter(uint64_t key_hash);
 
   /// The progress engine (the MPI component's kernels submit to it).
   internal::Engine& engine() { return *engine_; }
