@@ -38,7 +38,7 @@ void RunState::begin(const StepControl& control, std::span<const Tensor> feeds) 
   checks_.store(checks, std::memory_order_relaxed);
   measure_ = plan_.costs->learns() && (steps_ < kLearnSteps || steps_ % kSampleEvery == 0);
   ++steps_;
-  set_trace(control_.trace);
+  if (control_.trace) set_trace(true);  // checks_ has no trace bit yet
   // The flow graph's try_put publishes these writes to the executing threads.
 }
 
