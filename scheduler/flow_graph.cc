@@ -86,11 +86,16 @@ struct FlowInstance::Waiting final : internal::WaitSink {
     using Clock = std::chrono::steady_clock;
     Clock::time_point spin_from{};
     bool slept = false;
+    // Past kWaitSpin (a spin lengthened by a previous wait) the thread
+    // yields between polls: a peer process waiting for this core to
+    // answer must not wait for the spin to end.
+    bool yielding = false;
     for (unsigned polls = 1; count.load(std::memory_order_acquire) == 0; ++polls) {
       if (helpers.empty()) {
         std::this_thread::yield();
       } else {
         poll_helpers();
+        if (yielding) std::this_thread::yield();
       }
       if (count.load(std::memory_order_acquire) != 0) break;
       if (polls % kPollsPerClock != 0) continue;
@@ -101,6 +106,8 @@ struct FlowInstance::Waiting final : internal::WaitSink {
         release_helpers();
         slept = true;
         break;
+      } else {
+        yielding = now - spin_from >= kWaitSpin;
       }
     }
     // `out` is empty; what ended elsewhere waits for the next take().
