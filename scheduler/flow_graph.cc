@@ -25,6 +25,21 @@ std::atomic<int64_t> g_live_instances{0};  // relaxed: a statistic for tests
 // 14% of a ping-pong's round trips at 140 us instead of 1.7).
 constexpr auto kWaitSpin = std::chrono::microseconds(50);
 constexpr auto kMaxWaitSpin = std::chrono::milliseconds(1);
+
+// Sets a thread-local `slot` to `value` for a scope, then restores what it
+// held (a nested step sets its own).
+template <typename T>
+class ScopedSet {
+ public:
+  ScopedSet(T& slot, T value) : slot_(slot), saved_(std::exchange(slot, value)) {}
+  ScopedSet(const ScopedSet&) = delete;
+  ScopedSet& operator=(const ScopedSet&) = delete;
+  ~ScopedSet() { slot_ = saved_; }
+
+ private:
+  T& slot_;
+  T saved_;
+};
 }  // namespace
 
 // The asynchronous kernels of a run_waiting that have finished, not yet
@@ -131,22 +146,6 @@ struct FlowInstance::Waiting final : internal::WaitSink {
 };
 
 constinit thread_local FlowInstance::Waiting* FlowInstance::Waiting::mine = nullptr;
-
-namespace {
-// Sets the calling thread's wait sink for a scope.
-class LendingTo {
- public:
-  explicit LendingTo(internal::WaitSink* sink) : saved_(internal::current_wait_sink()) {
-    internal::current_wait_sink() = sink;
-  }
-  LendingTo(const LendingTo&) = delete;
-  LendingTo& operator=(const LendingTo&) = delete;
-  ~LendingTo() { internal::current_wait_sink() = saved_; }
-
- private:
-  internal::WaitSink* saved_;
-};
-}  // namespace
 
 int64_t FlowInstance::live_count() { return g_live_instances.load(std::memory_order_relaxed); }
 
@@ -318,14 +317,7 @@ void FlowInstance::run_waiting() {
   }
   if (waiting_ == nullptr) waiting_ = std::make_unique<Waiting>();
   Waiting& finished = *waiting_;
-  // Set for this call (a kernel's nested step sets its own and restores).
-  struct Mine {
-    Waiting* saved;
-    explicit Mine(Waiting* w) : saved(std::exchange(Waiting::mine, w)) {}
-    Mine(const Mine&) = delete;
-    Mine& operator=(const Mine&) = delete;
-    ~Mine() { Waiting::mine = saved; }
-  } const mine(&finished);
+  const ScopedSet<Waiting*> mine(Waiting::mine, &finished);
   std::vector<int32_t>& ended = finished.ended;
   int32_t outstanding = 0;
   for (;;) {
@@ -340,7 +332,7 @@ void FlowInstance::run_waiting() {
       ++outstanding;
       // Only the asynchronous kernel's start sees the sink: a nested step
       // in another node's kernel must not lend work to this thread.
-      const LendingTo lending(&finished);
+      const ScopedSet<internal::WaitSink*> lending(internal::current_wait_sink(), &finished);
       if (!state_.execute_async(i, &Waiting::notify, &finished)) {
         Waiting::notify(&finished, i);  // skipped: ends now
       }

@@ -181,6 +181,16 @@ std::unique_ptr<Session> session_with_threads(const Graph& g, int threads) {
   return Session::create(g, options).value();
 }
 
+// Runs `steps` steps of `s` feeding x = 0, 1, ... and fetching y, which
+// must be x + 1 (wrap in ASSERT_NO_FATAL_FAILURE: a failed run ends it).
+void expect_steps_add_one(Session& s, const Output& x, const Output& y, int steps) {
+  for (int i = 0; i < steps; ++i) {
+    auto r = s.run({{x, Tensor(static_cast<float>(i))}}, {y});
+    ASSERT_THAT(r, IsOk());
+    EXPECT_EQ((*r)[0].scalar<float>(), static_cast<float>(i) + 1.0f);
+  }
+}
+
 class AsyncKernelTest : public ::testing::TestWithParam<int> {
  protected:
   Output later(Graph& g, Output x, const std::string& name, std::chrono::milliseconds delay = 1ms,
@@ -411,11 +421,7 @@ TEST_P(AsyncKernelTest, AWaitingCallerPollsTheHelperItsKernelLent) {
   Output y = async_node(
       g, x, [&] { return std::make_unique<LendingKernel>(threads_, log, 1); }, "lending");
   auto s = session_with_threads(g, GetParam());
-  for (int i = 0; i < 5; ++i) {
-    auto r = s->run({{x, Tensor(static_cast<float>(i))}}, {y});
-    ASSERT_THAT(r, IsOk());
-    EXPECT_EQ((*r)[0].scalar<float>(), static_cast<float>(i) + 1.0f);
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_steps_add_one(*s, x, y, 5));
   {
     const std::lock_guard lock(log.mu);
     EXPECT_EQ(log.lent, 5);
@@ -452,11 +458,7 @@ TEST_P(AsyncKernelTest, AHelperStillOutIsReleasedBeforeTheCallerSleeps) {
   Output y = async_node(
       g, x, [&] { return std::make_unique<LendingKernel>(threads_, log, -1); }, "lending");
   auto s = session_with_threads(g, GetParam());
-  for (int i = 0; i < 3; ++i) {
-    auto r = s->run({{x, Tensor(static_cast<float>(i))}}, {y});
-    ASSERT_THAT(r, IsOk());
-    EXPECT_EQ((*r)[0].scalar<float>(), static_cast<float>(i) + 1.0f);
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_steps_add_one(*s, x, y, 3));
   threads_.join();
   const std::lock_guard lock(log.mu);
   EXPECT_EQ(log.lent, 3);
@@ -533,20 +535,20 @@ class TimedLendingKernel final : public AsyncOpKernel {
         : k_(k), ctx_(ctx), done_(std::move(done)), at_(at) {}
     bool poll() override {
       if (std::chrono::steady_clock::now() < at_) return false;
-      done_(LaterKernel::add_one(ctx_));
-      delete this;
+      finish();
       return true;
     }
     void release() override {
       k_.released_.fetch_add(1);
-      k_.finisher_.at(at_, [this] {
-        done_(LaterKernel::add_one(ctx_));
-        delete this;
-      });
+      k_.finisher_.at(at_, [this] { finish(); });
     }
 
    private:
     ~Helper() = default;
+    void finish() {
+      done_(LaterKernel::add_one(ctx_));
+      delete this;
+    }
     TimedLendingKernel& k_;
     OpKernelContext& ctx_;
     Done done_;
@@ -584,22 +586,14 @@ TEST_P(AsyncKernelTest, ACallerSpinsLongerAfterAWaitJustPastItsSpin) {
       "late");
   auto s = session_with_threads(g, GetParam());
   constexpr int kSteps = 20;
-  for (int i = 0; i < kSteps; ++i) {
-    auto r = s->run({{x, Tensor(static_cast<float>(i))}}, {soon});
-    ASSERT_THAT(r, IsOk());
-    EXPECT_EQ((*r)[0].scalar<float>(), static_cast<float>(i) + 1.0f);
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_steps_add_one(*s, x, soon, kSteps));
   // The first step sleeps; later ones only if a step is delayed past
   // twice the previous wait (a loaded machine): far fewer than every one.
   EXPECT_GE(released.load(), 1);
   EXPECT_LE(released.load(), kSteps / 4);
   released.store(0);
   constexpr int kLateSteps = 4;
-  for (int i = 0; i < kLateSteps; ++i) {
-    auto r = s->run({{x, Tensor(static_cast<float>(i))}}, {late});
-    ASSERT_THAT(r, IsOk());
-    EXPECT_EQ((*r)[0].scalar<float>(), static_cast<float>(i) + 1.0f);
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_steps_add_one(*s, x, late, kLateSteps));
   EXPECT_EQ(released.load(), kLateSteps);
 }
 
