@@ -291,6 +291,13 @@ void FlowInstance::async_done(void* instance, int32_t index) {
   graph.release_wait();
 }
 
+void FlowInstance::put_roots() {
+  // Last first: a task put from outside the graph's tasks waits in the
+  // thread's LIFO deque, so the plan's first root runs first, in the order
+  // the plan was laid out in (build_plan).
+  for (auto it = roots_.rbegin(); it != roots_.rend(); ++it) (*it)->try_put(continue_msg());
+}
+
 void FlowInstance::run() {
   const Plan& plan = state_.plan();
   if (run_inline_) {
@@ -300,7 +307,7 @@ void FlowInstance::run() {
     return;
   }
   completion_ = nullptr;  // a blocking run waits for the graph instead
-  for (tbb::flow::receiver<continue_msg>* root : roots_) root->try_put(continue_msg());
+  put_roots();
   graph_.wait_for_all();
 }
 
@@ -356,7 +363,7 @@ void FlowInstance::start(Completion done, void* arg) {
   completion_ = done;
   completion_arg_ = arg;
   pending_leaves_.store(num_leaves_, std::memory_order_relaxed);  // published by the try_puts
-  for (tbb::flow::receiver<continue_msg>* root : roots_) root->try_put(continue_msg());
+  put_roots();
 }
 
 void FlowInstance::start_roots() {
@@ -369,7 +376,7 @@ void FlowInstance::start_roots() {
     run_ready();
     return;
   }
-  for (tbb::flow::receiver<continue_msg>* root : roots_) root->try_put(continue_msg());
+  put_roots();
 }
 
 void FlowInstance::put_feed(int f) {

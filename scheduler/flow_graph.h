@@ -140,6 +140,8 @@ class FlowInstance {
   // drops the start's reserved wait (the task holds the graph's wait until
   // it ends). Touches nothing of the instance afterwards.
   static void async_done(void* instance, int32_t index);
+  // Puts the roots, so that one thread runs the nodes in plan order.
+  void put_roots();
   // Inline partial runs: runs ready_ (and what they make ready) to the end.
   void run_ready();
   // Inline runs: node i has ended; its successors with nothing more to
@@ -175,9 +177,9 @@ class FlowInstance {
   // Per plan node, whichever of the two it is.
   std::vector<tbb::flow::sender<Msg>*> senders_;
   std::vector<tbb::flow::receiver<Msg>*> receivers_;
-  std::vector<tbb::flow::receiver<Msg>*> roots_;
-  std::deque<Entry> entries_;  // per feed (partial plans)
-  std::deque<Node> sinks_;     // per fetch, then per target (partial plans)
+  std::vector<tbb::flow::receiver<Msg>*> roots_;  // in plan order
+  std::deque<Entry> entries_;                     // per feed (partial plans)
+  std::deque<Node> sinks_;                        // per fetch, then per target (partial plans)
   // Sinks that are their producer's only successor: nothing to bypass.
   std::deque<LightNode> light_sinks_;
 };

@@ -1,7 +1,6 @@
 #include "scheduler/plan.h"
 
 #include <algorithm>
-#include <queue>
 #include <span>
 #include <unordered_map>
 
@@ -276,24 +275,28 @@ Result<std::shared_ptr<const Plan>> build_plan(const Graph& graph, const Signatu
         static_cast<std::size_t>(succ_begin[static_cast<std::size_t>(id) + 1] -
                                  succ_begin[static_cast<std::size_t>(id)]));
   };
-  // Ready nodes leave in node-id order (a min-heap): graphs are built
-  // producers first, so the plan keeps the builder's order, which is also
-  // closer to the depth-first order oneTBB runs nodes in than a FIFO's
-  // breadth-first one (measured: -15% per node on the 100x100 wavefront).
+  // Ready nodes leave last in, first out, each node's successors pushed in
+  // their edge order: the plan's order is the one a 1-thread oneTBB flow
+  // graph runs them in (a node's task bypasses into its last successor,
+  // and the others wait in a LIFO deque), so the nodes that run one after
+  // another sit next to each other in every per-node array (plan entries,
+  // kernels, flow-graph nodes). On a 65,535-node fan-out tree of Call
+  // tasks this took a step from 8.7-11.8 ms to 4.3-4.9 ms; the node-id
+  // order it replaces was breadth-first there. Roots leave in id order.
   std::vector<int> order;
   order.reserve(static_cast<std::size_t>(n_graph));
-  std::priority_queue<int, std::vector<int>, std::greater<>> ready;
-  for (int id = 0; id < n_graph; ++id) {
+  std::vector<int> ready;
+  for (int id = n_graph; id-- > 0;) {
     if (needed[static_cast<std::size_t>(id)] && indegree[static_cast<std::size_t>(id)] == 0)
-      ready.push(id);
+      ready.push_back(id);
   }
   std::vector<int> remaining = indegree;
   while (!ready.empty()) {
-    int id = ready.top();
-    ready.pop();
+    int id = ready.back();
+    ready.pop_back();
     order.push_back(id);
     for (const int32_t s : successors_of(id)) {
-      if (--remaining[static_cast<std::size_t>(s)] == 0) ready.push(s);
+      if (--remaining[static_cast<std::size_t>(s)] == 0) ready.push_back(s);
     }
   }
   const auto n_needed = std::count(needed.begin(), needed.end(), 1);

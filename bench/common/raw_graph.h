@@ -116,8 +116,7 @@ struct RawLayout {
   std::vector<int32_t> fetch_slots;
 
   // How items (and so the flow-graph nodes, in memory) are ordered: by node
-  // id, or in the breadth-first topological order (Kahn, FIFO) that
-  // scheduler/plan.cc uses.
+  // id, or in a breadth-first topological order (Kahn, FIFO).
   enum class Order { kNodeId, kKahn };
 
   static RawLayout make(const Graph& g, KernelTable& kernels, std::span<const Output> feeds,

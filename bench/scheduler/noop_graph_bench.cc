@@ -9,8 +9,8 @@
 // _Callable (prepared), _RawFlowGraph (empty continue_nodes, same edges in
 // the same registration order), _RawFlowGraphKernels (continue_nodes calling
 // the same NoOp kernel through an OpKernelContext), _RawFlowGraphPlanOrder
-// (empty continue_nodes allocated in the breadth-first topological order the
-// scheduler's plan uses, instead of node-id order: isolates memory layout).
+// (empty continue_nodes allocated in a breadth-first topological order
+// instead of node-id order: isolates memory layout).
 #include <benchmark/benchmark.h>
 #include <fmt/format.h>
 

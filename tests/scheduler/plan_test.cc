@@ -4,8 +4,11 @@
 #include "scheduler/plan.h"
 
 #include <gtest/gtest.h>
+#include <oneapi/tbb/flow_graph.h>
+#include <oneapi/tbb/task_arena.h>
 
 #include <algorithm>
+#include <deque>
 #include <map>
 #include <memory>
 #include <span>
@@ -296,6 +299,105 @@ TEST_F(PlanTest, PlansOfOnlyCheapKernelsRunInline) {
   auto chain = plan(g, Signature{.feeds = {x}, .fetches = {y}});
   ASSERT_NE(chain, nullptr);
   EXPECT_TRUE(chain->costs->run_inline());
+}
+
+// ---- Plan order ----
+
+// The order a 1-thread oneTBB flow graph runs the plan's nodes in: one
+// continue_node per plan node, edges registered in plan order and the
+// roots put last first, as FlowInstance does.
+std::vector<int32_t> order_one_thread_runs(const Plan& p) {
+  using ContinueNode = tbb::flow::continue_node<tbb::flow::continue_msg>;
+  std::vector<int32_t> ran;
+  tbb::task_arena arena(1);
+  arena.execute([&] {
+    tbb::flow::graph g;
+    std::deque<ContinueNode> nodes;
+    for (std::size_t i = 0; i < p.nodes.size(); ++i) {
+      nodes.emplace_back(g, [&ran, i](const tbb::flow::continue_msg&) {
+        ran.push_back(static_cast<int32_t>(i));
+        return tbb::flow::continue_msg();
+      });
+    }
+    for (std::size_t i = 0; i < p.nodes.size(); ++i) {
+      const sched::NodeItem& item = p.nodes[i];
+      for (int32_t k = item.succ_begin; k < item.succ_end; ++k) {
+        tbb::flow::make_edge(
+            nodes[i], nodes[static_cast<std::size_t>(p.successors[static_cast<std::size_t>(k)])]);
+      }
+    }
+    for (std::size_t i = p.nodes.size(); i-- > 0;) {
+      if (p.nodes[i].num_preds == 0) nodes[i].try_put(tbb::flow::continue_msg());
+    }
+    g.wait_for_all();
+  });
+  return ran;
+}
+
+std::vector<int32_t> iota(std::size_t n) {
+  std::vector<int32_t> v(n);
+  for (std::size_t i = 0; i < n; ++i) v[i] = static_cast<int32_t>(i);
+  return v;
+}
+
+// Nodes that run one after another sit next to each other in the plan's
+// per-node arrays: the plan is in the order oneTBB runs it on one thread.
+// A fan-out tree built level by level (node-id order breadth-first) gets a
+// depth-first plan; a grid built row by row, and a graph with several
+// roots, as well.
+TEST_F(PlanTest, PlanOrderIsTheOrderOneTbbThreadRunsTheNodesIn) {
+  {
+    Graph g;
+    std::vector<const Node*> tree{ops::NoOp(g, "t0")};
+    for (int i = 1; i < 31; ++i) {
+      tree.push_back(
+          ops::Group(g, {tree[static_cast<std::size_t>((i - 1) / 2)]}, fmt::format("t{}", i)));
+    }
+    std::vector<const Node*> leaves(tree.begin() + 15, tree.end());
+    const Node* sink = ops::Group(g, leaves, "sink");
+    ASSERT_THAT(g.status(), IsOk());
+    auto p = plan(g, Signature{.targets = {sink}});
+    ASSERT_NE(p, nullptr);
+    ASSERT_EQ(p->nodes.size(), 32u);
+    EXPECT_EQ(order_one_thread_runs(*p), iota(32));
+    // Depth first: t0, then its last child's subtree (t2, t6, t14, t30...).
+    EXPECT_EQ(p->nodes[1].node->name(), "t2");
+    EXPECT_EQ(p->nodes[2].node->name(), "t6");
+    EXPECT_EQ(p->nodes[31].node->name(), "sink");
+  }
+  {
+    Graph g;
+    constexpr int kSide = 6;
+    std::vector<const Node*> grid;
+    for (int i = 0; i < kSide; ++i) {
+      for (int j = 0; j < kSide; ++j) {
+        std::vector<const Node*> deps;
+        if (i > 0) deps.push_back(grid[static_cast<std::size_t>((i - 1) * kSide + j)]);
+        if (j > 0) deps.push_back(grid.back());
+        grid.push_back(deps.empty() ? ops::NoOp(g, "w0_0")
+                                    : ops::Group(g, deps, fmt::format("w{}_{}", i, j)));
+      }
+    }
+    ASSERT_THAT(g.status(), IsOk());
+    auto p = plan(g, Signature{.targets = {grid.back()}});
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(order_one_thread_runs(*p), iota(kSide * kSide));
+  }
+  {
+    // a, b roots; c(a,b) d(a) e(b) f(c,d) g(c,e) h(f,g).
+    Graph g;
+    const Node* a = ops::NoOp(g, "a");
+    const Node* b = ops::NoOp(g, "b");
+    const Node* c = ops::Group(g, {a, b}, "c");
+    const Node* d = ops::Group(g, {a}, "d");
+    const Node* e = ops::Group(g, {b}, "e");
+    const Node* f = ops::Group(g, {c, d}, "f");
+    const Node* h = ops::Group(g, {f, ops::Group(g, {c, e}, "g")}, "h");
+    ASSERT_THAT(g.status(), IsOk());
+    auto p = plan(g, Signature{.targets = {h}});
+    ASSERT_NE(p, nullptr);
+    EXPECT_EQ(order_one_thread_runs(*p), iota(8));
+  }
 }
 
 // Every node inline would nest 50k deep: far past a thread's stack.
