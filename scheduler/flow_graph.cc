@@ -206,9 +206,9 @@ FlowInstance::FlowInstance(const Plan& plan, const KernelRuntime& runtime, const
     }
     if (!plan.partial && item.succ_begin == item.succ_end) {
       ++num_leaves_;
-      add_node(LeafBody{this, index}, policy.lightweight[i] != 0);
+      add_node(LeafBody{this, &item}, policy.lightweight[i] != 0);
     } else {
-      add_node(Body{state, index}, policy.lightweight[i] != 0);
+      add_node(Body{state, &item}, policy.lightweight[i] != 0);
     }
   }
   for (std::size_t i = 0; i < n; ++i) {

@@ -86,9 +86,9 @@ class FlowInstance {
   // Every node's body, whatever its policy.
   struct Body {
     RunState* state;
-    int32_t index;
+    const NodeItem* item;  // the plan's entry: no index to look up
     Msg operator()(const Msg&) const {
-      state->execute(index);
+      state->execute(*item);
       return Msg();
     }
   };
@@ -97,9 +97,9 @@ class FlowInstance {
   // and each is an ancestor of a leaf: the last leaf to end ends the step.
   struct LeafBody {
     FlowInstance* instance;
-    int32_t index;
+    const NodeItem* item;
     Msg operator()(const Msg&) const {
-      instance->state_.execute(index);
+      instance->state_.execute(*item);
       instance->leaf_done();
       return Msg();
     }

@@ -176,7 +176,7 @@ int64_t RunState::trace_now() const {
 
 // After the kernel (or none, for a NoOp): the statistics, then the inputs
 // released.
-inline void RunState::end_node(int32_t i, const NodeItem& item, uint8_t checks, int64_t start_ns,
+inline void RunState::end_node(const NodeItem& item, uint8_t checks, int64_t start_ns,
                                const Status& s) noexcept {
   if (!item.skip_kernel) {
     // A kernel that stopped because the session closed or the deadline
@@ -188,15 +188,18 @@ inline void RunState::end_node(int32_t i, const NodeItem& item, uint8_t checks, 
     }
   }
   if ((checks & kCheckTrace) != 0) {
-    record_stats(item, stats_[static_cast<std::size_t>(i)], start_ns);
+    const auto i = static_cast<std::size_t>(&item - plan_.nodes.data());
+    record_stats(item, stats_[i], start_ns);
     // Publishes stats_[i] to collect_new_stats (partial runs).
-    stat_state_[static_cast<std::size_t>(i)].store(1, std::memory_order_release);
+    stat_state_[i].store(1, std::memory_order_release);
   }
   if (item.input_end > item.input_begin) release_inputs(item);
 }
 
-void RunState::execute(int32_t i) noexcept {
-  const NodeItem& item = plan_.nodes[static_cast<std::size_t>(i)];
+void RunState::execute(const NodeItem& item) noexcept {
+  // The node's index, for the cost samples and the statistics (not on the
+  // common path).
+  auto index = [&] { return static_cast<int32_t>(&item - plan_.nodes.data()); };
   const uint8_t checks = checks_.load(std::memory_order_acquire);  // pairs with set_trace
   // A cancelled step skips its remaining nodes (their successors still
   // fire, and skip in turn). relaxed: advisory.
@@ -212,12 +215,12 @@ void RunState::execute(int32_t i) noexcept {
     if (measure_) {
       const uint64_t start = cycle_count();
       s = call_kernel(item);
-      plan_.costs->record(i, cycle_count() - start);
+      plan_.costs->record(index(), cycle_count() - start);
     } else {
       s = call_kernel(item);
     }
   }
-  end_node(i, item, checks, start_ns, s);
+  end_node(item, checks, start_ns, s);
 }
 
 bool RunState::execute_async(int32_t i, AsyncNotify notify, void* arg) noexcept {
@@ -265,7 +268,7 @@ void RunState::finish_async(int32_t i) noexcept {
   const NodeItem& item = plan_.nodes[static_cast<std::size_t>(i)];
   Status s = std::move(a.status);
   if (s.is_ok()) s = check_outputs(item);
-  end_node(i, item, a.checks, a.start_ns, s);
+  end_node(item, a.checks, a.start_ns, s);
 }
 
 void RunState::take_fetches(std::span<Tensor> out) {

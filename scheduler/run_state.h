@@ -72,7 +72,10 @@ class RunState {
   // Prepares a step: reader counts reset, feeds placed in their slots.
   void begin(const StepControl& control, std::span<const Tensor> feeds);
   // Runs plan node `i` (the flow-graph node body). Never throws.
-  void execute(int32_t i) noexcept;
+  void execute(int32_t i) noexcept { execute(plan_.nodes[static_cast<std::size_t>(i)]); }
+  // The same for the plan's entry `item` (a flow-graph body holds it: the
+  // node's fields load without first loading the plan's array).
+  void execute(const NodeItem& item) noexcept;
   // Asynchronous nodes (NodeItem::async), in two parts. execute_async
   // starts node `i`'s kernel and returns at once: true when it started,
   // and then `notify(arg, i)` runs once, on whatever thread the kernel
@@ -132,8 +135,7 @@ class RunState {
   OpKernelContext make_context(const NodeItem& item);
   // The end of a node whose kernel ran: the interrupt check, its error, its
   // statistics, its inputs released.
-  void end_node(int32_t i, const NodeItem& item, uint8_t checks, int64_t start_ns,
-                const Status& s) noexcept;
+  void end_node(const NodeItem& item, uint8_t checks, int64_t start_ns, const Status& s) noexcept;
   int64_t trace_now() const;
   // Cold paths, out of line.
   [[gnu::noinline, gnu::cold]] void fail_node(const NodeItem& item, const Status& s);

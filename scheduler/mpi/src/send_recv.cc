@@ -46,6 +46,7 @@ class BlockCache {
   static constexpr std::size_t kBlock = 1024;
   ~BlockCache() {
     for (std::size_t i = 0; i < count_; ++i) ::operator delete(blocks_[i]);
+    count_ = 0;
   }
   void* take() { return count_ > 0 ? blocks_[--count_] : ::operator new(kBlock); }
   void give(void* p) {
