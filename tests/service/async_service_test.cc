@@ -406,6 +406,10 @@ TEST_F(AsyncServiceTest, PartialRunFeedsInTwoCallsTakingTurns) {
 
 // Past max_calls_in_flight a Run is RESOURCE_EXHAUSTED naming the limit;
 // the calls in flight are unaffected, and a later call is served.
+// Which of four overlapping calls is the one refused is gRPC's order: the
+// rpc metric counts a call when gRPC receives it, and its handler may be
+// entered after a later call's (seen once under ASan in CI), so the test
+// asserts that exactly one of the four is refused and three are served.
 TEST_F(AsyncServiceTest, CallsPastMaxCallsInFlightAreResourceExhausted) {
   ServerOptions options;
   options.max_calls_in_flight = 3;
@@ -414,15 +418,28 @@ TEST_F(AsyncServiceTest, CallsPastMaxCallsInFlightAreResourceExhausted) {
   Calls calls(*stub_);
   for (int i = 0; i < 3; ++i) calls.start(run_request(handle, "out"));
   ASSERT_TRUE(eventually([&] { return in_flight(*server_, "Run") == 3; }));
+  grpc::Status fourth;
   {
     grpc::ClientContext context;
     v1::RunResponse response;
-    const grpc::Status refused = stub_->Run(&context, run_request(handle, "out"), &response);
-    EXPECT_EQ(refused.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
-    EXPECT_THAT(refused.error_message(), HasSubstr("max_calls_in_flight = 3"));
+    fourth = stub_->Run(&context, run_request(handle, "out"), &response);
   }
   calls.wait();
-  EXPECT_EQ(calls.ok(), 3) << calls.first_error();
+  std::vector<grpc::Status> statuses{fourth};
+  for (std::size_t i = 0; i < 3; ++i) statuses.push_back(calls.status(i));
+  int served = 0;
+  int refused = 0;
+  for (const grpc::Status& status : statuses) {
+    if (status.ok()) {
+      ++served;
+    } else {
+      ++refused;
+      EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+      EXPECT_THAT(status.error_message(), HasSubstr("max_calls_in_flight = 3"));
+    }
+  }
+  EXPECT_EQ(served, 3);
+  EXPECT_EQ(refused, 1);
   ASSERT_TRUE(eventually([&] { return in_flight(*server_, "Run") == 0; }));
   grpc::ClientContext context;
   v1::RunResponse response;
