@@ -177,8 +177,21 @@ FlowInstance::FlowInstance(const Plan& plan, const KernelRuntime& runtime, const
   }
   const std::size_t n = plan.nodes.size();
   RunState* state = &state_;
-  senders_.reserve(n);
-  receivers_.reserve(n);
+  std::size_t n_light = 0;
+  std::size_t n_tasks = 0;  // default-policy nodes: two per asynchronous one
+  for (std::size_t i = 0; i < n; ++i) {
+    if (plan.nodes[i].async) {
+      n_tasks += 2;
+    } else if (policy.lightweight[i] != 0) {
+      ++n_light;
+    } else {
+      ++n_tasks;
+    }
+  }
+  nodes_.reserve(n_tasks);
+  light_nodes_.reserve(n_light);
+  internal::reserve_maybe_huge(senders_, n);
+  internal::reserve_maybe_huge(receivers_, n);
   auto add_node = [&](auto body, bool lightweight) {
     if (lightweight) {
       LightNode& node = light_nodes_.emplace_back(graph_, body);

@@ -19,6 +19,7 @@
 #include <memory>
 #include <vector>
 
+#include "scheduler/fixed_store.h"
 #include "scheduler/plan.h"
 #include "scheduler/run_state.h"
 #include "scheduler/striped.h"
@@ -170,10 +171,10 @@ class FlowInstance {
   // Isolated: cancelling another graph never reaches this one.
   tbb::task_group_context context_{tbb::task_group_context::isolated};
   tbb::flow::graph graph_{context_};
-  std::deque<Node> nodes_;  // default-policy plan nodes
+  FixedStore<Node> nodes_;  // default-policy plan nodes
   // Per plan node, its finisher when asynchronous (else null).
   std::vector<Node*> finishers_;
-  std::deque<LightNode> light_nodes_;  // lightweight plan nodes
+  FixedStore<LightNode> light_nodes_;  // lightweight plan nodes
   // Per plan node, whichever of the two it is.
   std::vector<tbb::flow::sender<Msg>*> senders_;
   std::vector<tbb::flow::receiver<Msg>*> receivers_;

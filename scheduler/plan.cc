@@ -4,6 +4,8 @@
 #include <span>
 #include <unordered_map>
 
+#include "api/src/huge_pages.h"
+
 namespace graphrun::sched {
 
 std::string placeholder_message(const Node& n) {
@@ -314,6 +316,7 @@ Result<std::shared_ptr<const Plan>> build_plan(const Graph& graph, const Signatu
   // 4. Renumber and lay out slots.
   std::vector<int32_t> index_of(static_cast<std::size_t>(n_graph), -1);
   int32_t slot = 0;
+  internal::reserve_maybe_huge(plan->nodes, order.size());
   plan->nodes.resize(order.size());
   for (std::size_t i = 0; i < order.size(); ++i) {
     const Node* n = graph.node(order[i]);

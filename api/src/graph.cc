@@ -8,6 +8,8 @@
 #include <memory>
 #include <ostream>
 
+#include "api/src/huge_pages.h"
+
 namespace graphrun {
 
 // ---- Output, names ----
@@ -96,10 +98,32 @@ void Edges::add_control(const Node* dep) {
 
 // ---- Graph ----
 
+Graph::NodeChunk::NodeChunk(std::size_t size)
+    : nodes_(static_cast<Node*>(internal::allocate_maybe_huge(size * sizeof(Node), alignof(Node)))),
+      size_(size) {
+  // Node's default constructor (private: Graph's) does not throw, as its
+  // members' do not.
+  static_assert(noexcept(Node()));
+  for (std::size_t i = 0; i < size_; ++i) ::new (static_cast<void*>(nodes_ + i)) Node;
+}
+
+Graph::NodeChunk::~NodeChunk() {
+  if (nodes_ == nullptr) return;
+  std::destroy_n(nodes_, size_);
+  internal::free_maybe_huge(nodes_, size_ * sizeof(Node), alignof(Node));
+}
+
+namespace {
+// Chunks double from 4 nodes up to this many: 6.6 MB of nodes, so that a
+// big graph's chunks are on huge pages (api/src/huge_pages.h); a chunk's
+// nodes are made when it is, so at most one chunk's worth is spare.
+constexpr std::size_t kMaxChunk = 65536;
+}  // namespace
+
 Node* Graph::new_node() {
   if (chunks_.empty() || chunk_used_ == chunk_size_) {
-    chunk_size_ = std::clamp<std::size_t>(2 * chunk_size_, 4, 1024);
-    chunks_.emplace_back(new Node[chunk_size_]);
+    chunk_size_ = std::clamp<std::size_t>(2 * chunk_size_, 4, kMaxChunk);
+    chunks_.emplace_back(chunk_size_);
     chunk_used_ = 0;
   }
   return &chunks_.back()[chunk_used_++];
@@ -174,7 +198,9 @@ void Graph::NameIndex::insert(std::string_view name, int id) {
     // Grow to twice: the tags give every entry its place again, without
     // hashing the names.
     std::vector<uint64_t> old = std::move(slots_);
-    slots_.assign(old.empty() ? 16 : 2 * old.size(), 0);
+    const std::size_t size = old.empty() ? 16 : 2 * old.size();
+    internal::reserve_maybe_huge(slots_, size);
+    slots_.assign(size, 0);
     for (const uint64_t slot : old) {
       if (slot != 0) place(slot);
     }
@@ -183,12 +209,21 @@ void Graph::NameIndex::insert(std::string_view name, int id) {
   ++size_;
 }
 
+Graph::NameIndex& Graph::NameIndex::operator=(const NameIndex& other) {
+  if (this == &other) return *this;
+  slots_.clear();
+  internal::reserve_maybe_huge(slots_, other.slots_.size());
+  slots_.assign(other.slots_.begin(), other.slots_.end());
+  size_ = other.size_;
+  return *this;
+}
+
 Graph Graph::clone() const {
   Graph copy(*registry_);
-  copy.nodes_.reserve(nodes_.size());
+  internal::reserve_maybe_huge(copy.nodes_, nodes_.size());
   if (!nodes_.empty()) {
     // One chunk holds them all.
-    copy.chunks_.emplace_back(new Node[nodes_.size()]);
+    copy.chunks_.emplace_back(nodes_.size());
     copy.chunk_used_ = copy.chunk_size_ = nodes_.size();
   }
   for (std::size_t i = 0; i < nodes_.size(); ++i) {

@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <graphrun/graphrun.h>
 #include <gtest/gtest.h>
 
@@ -208,6 +209,41 @@ TEST(GraphTest, NodePointersStayValidAsTheGraphGrows) {
     ASSERT_EQ(g.node(id)->input(0).node(), g.node(id - 1)) << id;
   }
   EXPECT_EQ(g.node(0), first);
+}
+
+// Past the biggest chunk (65,536 nodes, 6.6 MB: allocated on huge pages
+// where Linux has them), nodes keep their addresses and a clone (one chunk
+// for them all) holds each with its edges.
+TEST(GraphTest, AGraphPastTheBiggestChunkKeepsItsNodesAndClonesWhole) {
+  constexpr int kNodes = 2 * 65536 + 100;
+  Graph g;
+  std::vector<const Node*> made;
+  made.reserve(kNodes);
+  for (int i = 0; i < kNodes; ++i) {
+    ops::NoOp(g, fmt::format("n{}", i));
+    Node* node = g.mutable_node(g.num_nodes() - 1);
+    if (i > 0) {
+      ASSERT_TRUE(g.add_control_input(node, made.back()).is_ok());
+    }
+    made.push_back(node);
+  }
+  ASSERT_TRUE(g.status().is_ok()) << g.status().to_string();
+  Graph copy = g.clone();
+  ASSERT_EQ(copy.num_nodes(), kNodes);
+  for (int id = 0; id < kNodes; ++id) {
+    ASSERT_EQ(g.node(id), made[static_cast<std::size_t>(id)]) << id;
+    const Node* c = copy.node(id);
+    ASSERT_NE(c, made[static_cast<std::size_t>(id)]) << id;
+    ASSERT_EQ(c->name(), fmt::format("n{}", id));
+    if (id > 0) {
+      ASSERT_EQ(c->control_inputs().size(), 1u) << id;
+      ASSERT_EQ(c->control_inputs()[0], copy.node(id - 1)) << id;
+    }
+  }
+  for (const int id : {0, 65535, 65536, 131071, 131072, kNodes - 1}) {
+    EXPECT_EQ(copy.find_node(fmt::format("n{}", id)), copy.node(id)) << id;
+    EXPECT_EQ(g.find_node(fmt::format("n{}", id)), made[static_cast<std::size_t>(id)]) << id;
+  }
 }
 
 // Nodes with equal attributes and output signatures keep one copy of them

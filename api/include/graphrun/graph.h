@@ -374,11 +374,26 @@ class Graph {
   std::string scoped(std::string_view base) const;
 
   const OpRegistry* registry_;
-  // Nodes by id. They live in chunks_ (4 to 1024 nodes each, doubling; a
+  // Nodes by id. They live in chunks_ (4 to 65536 nodes each, doubling; a
   // clone's first chunk holds all it copies): one allocation per chunk
   // rather than per node, and never moved.
   std::vector<Node*> nodes_;
-  std::vector<std::unique_ptr<Node[]>> chunks_;
+  // Nodes constructed in place in one allocation, which asks for huge
+  // pages when big (a clone of a million nodes: api/src/huge_pages.h).
+  class NodeChunk {
+   public:
+    explicit NodeChunk(std::size_t size);
+    NodeChunk(NodeChunk&& o) noexcept
+        : nodes_(std::exchange(o.nodes_, nullptr)), size_(std::exchange(o.size_, 0)) {}
+    NodeChunk& operator=(NodeChunk&&) = delete;
+    ~NodeChunk();
+    Node& operator[](std::size_t i) { return nodes_[i]; }
+
+   private:
+    Node* nodes_;
+    std::size_t size_;
+  };
+  std::vector<NodeChunk> chunks_;
   std::size_t chunk_used_ = 0;  // nodes taken from chunks_.back()
   std::size_t chunk_size_ = 0;  // chunks_.back()'s
   Node* new_node();
@@ -387,6 +402,13 @@ class Graph {
   // allocation per node and, on a big graph, two cache misses per lookup).
   class NameIndex {
    public:
+    NameIndex() = default;
+    NameIndex(const NameIndex& other) { *this = other; }
+    NameIndex(NameIndex&&) noexcept = default;
+    // A copy's slots ask for huge pages when big, as the original's did.
+    NameIndex& operator=(const NameIndex& other);
+    NameIndex& operator=(NameIndex&&) noexcept = default;
+    ~NameIndex() = default;
     // The id of the node named `name`, or -1.
     int find(std::string_view name, const std::vector<Node*>& nodes) const;
     // Adds node `id` (its name is absent).
