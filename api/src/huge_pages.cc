@@ -30,11 +30,12 @@ void advise_huge_pages(void* p, std::size_t bytes) noexcept {
 
 void* allocate_maybe_huge(std::size_t bytes, std::size_t align) {
   if (bytes < kHugePageMinBytes) return ::operator new (bytes, std::align_val_t{align});
-  // Not rounded up to whole pages (C17 and glibc allow any size): the
-  // tail past the last whole 2 MiB page stays in 4 KiB pages, so a buffer
-  // takes no more resident memory than it uses.
-  void* p = std::aligned_alloc(kHugePage, bytes);
-  if (p == nullptr) throw std::bad_alloc();
+  // Not rounded up to whole pages (posix_memalign takes any size, where
+  // aligned_alloc may want a multiple of the alignment): the tail past the
+  // last whole 2 MiB page stays in 4 KiB pages, so a buffer takes no more
+  // resident memory than it uses.
+  void* p = nullptr;
+  if (posix_memalign(&p, kHugePage, bytes) != 0) throw std::bad_alloc();
   advise_huge_pages(p, bytes);
   return p;
 }
