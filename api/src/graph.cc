@@ -114,7 +114,7 @@ Graph::NodeChunk::~NodeChunk() {
 }
 
 namespace {
-// Chunks double from 4 nodes up to this many: 6.6 MB of nodes, so that a
+// Chunks double from 4 nodes up to this many: 6.5 MiB of nodes, so that a
 // big graph's chunks are on huge pages (api/src/huge_pages.h); a chunk's
 // nodes are made when it is, so at most one chunk's worth is spare.
 constexpr std::size_t kMaxChunk = 65536;

@@ -5,8 +5,8 @@
 // fill, 1.1 ms with 2 MiB pages), a buffer of a million nodes' entries
 // spends most of its first use faulting pages in. These helpers ask Linux
 // for transparent huge pages (madvise MADV_HUGEPAGE) on buffers of at least
-// kMinBytes before they are filled. They change nothing else: below
-// kMinBytes, on other systems, or with THP disabled ("never"), memory is
+// kHugePageMinBytes before they are filled. They change nothing else: below
+// kHugePageMinBytes, on other systems, or with THP disabled ("never"), memory is
 // the allocator's as usual.
 // Thread safety: thread-safe (no state).
 #pragma once

@@ -211,7 +211,7 @@ TEST(GraphTest, NodePointersStayValidAsTheGraphGrows) {
   EXPECT_EQ(g.node(0), first);
 }
 
-// Past the biggest chunk (65,536 nodes, 6.6 MB: allocated on huge pages
+// Past the biggest chunk (65,536 nodes, 6.5 MiB: allocated on huge pages
 // where Linux has them), nodes keep their addresses and a clone (one chunk
 // for them all) holds each with its edges.
 TEST(GraphTest, AGraphPastTheBiggestChunkKeepsItsNodesAndClonesWhole) {
