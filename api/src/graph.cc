@@ -2,6 +2,7 @@
 #include <graphrun/op_kernel.h>
 
 #include <algorithm>
+#include <array>
 #include <bit>
 #include <charconv>
 #include <cmath>
@@ -129,6 +130,35 @@ Node* Graph::new_node() {
   return &chunks_.back()[chunk_used_++];
 }
 
+// See graph.h. A node's proto is a function of its op, the attributes it was
+// given, its inputs' dtypes and shapes, and the values of Const inputs (which
+// shape functions may read): with no Const input, an equal signature gives
+// an equal proto, and only nodes that were added are remembered.
+struct Graph::SignatureCache {
+  struct Entry {
+    std::size_t key = 0;
+    const OpRegistration* reg = nullptr;
+    AttrMap attrs;  // as given to add_node, before defaults
+    std::vector<DType> input_dtypes;
+    std::vector<Shape> input_shapes;
+    std::shared_ptr<const graph_internal::NodeProto> proto;  // null: empty
+    bool matches(const OpRegistration* r, std::size_t k, const NodeSpec& spec) const {
+      if (proto == nullptr || key != k || reg != r || input_dtypes.size() != spec.inputs.size()) {
+        return false;
+      }
+      for (std::size_t i = 0; i < spec.inputs.size(); ++i) {
+        if (input_dtypes[i] != spec.inputs[i].dtype() ||
+            input_shapes[i] != spec.inputs[i].shape()) {
+          return false;
+        }
+      }
+      return attrs == spec.attrs;
+    }
+  };
+  static constexpr std::size_t kEntries = 64;
+  std::array<Entry, kEntries> entries;
+};
+
 Graph::Graph(const OpRegistry& registry) : registry_(&registry) {}
 Graph::Graph(Graph&& other) noexcept { *this = std::move(other); }
 Graph& Graph::operator=(Graph&& other) noexcept {
@@ -150,6 +180,7 @@ Graph& Graph::operator=(Graph&& other) noexcept {
   op_seed_counter_ = other.op_seed_counter_;
   collections_ = std::move(other.collections_);
   status_ = std::move(other.status_);
+  signatures_ = std::move(other.signatures_);
   // Nodes point back at their graph.
   for (Node* n : nodes_) n->graph_ = this;
   // The moved-from graph is empty (and usable: a new graph on the same
@@ -184,6 +215,11 @@ int Graph::NameIndex::find(std::string_view name, const std::vector<Node*>& node
       if (nodes[static_cast<std::size_t>(id)]->name_ == name) return id;
     }
   }
+}
+
+void Graph::NameIndex::prefetch(std::string_view name) const {
+  if (slots_.empty()) return;
+  __builtin_prefetch(&slots_[tag_of(name) & (slots_.size() - 1)]);
 }
 
 void Graph::NameIndex::place(uint64_t slot) {
@@ -328,7 +364,10 @@ std::string Graph::scoped(std::string_view base) const {
 }
 
 std::string Graph::unique_name(std::string_view base) const {
-  std::string name = scoped(base);
+  return unique_scoped_name(scoped(base));
+}
+
+std::string Graph::unique_scoped_name(std::string name) const {
   if (by_name_.find(name, nodes_) < 0) return name;
   int& last = last_suffix_[name];
   for (int i = last + 1;; ++i) {
@@ -409,6 +448,29 @@ bool same_proto(const graph_internal::NodeProto& a, const graph_internal::NodePr
          a.attrs == b.attrs;
 }
 
+// The hash of a node's signature (SignatureCache), or false when it is not
+// kept: a Const input (a shape function may read its value) or an attribute
+// intern() would not share; also for an input add_node refuses (of another
+// graph, out of range), which it reports later.
+bool signature_key(const Graph* g, const OpRegistration* reg, const NodeSpec& spec,
+                   std::size_t& h) {
+  h = reinterpret_cast<std::uintptr_t>(reg);
+  mix(h, spec.attrs.size());
+  for (const auto& [name, value] : spec.attrs) {
+    mix(h, std::hash<std::string>{}(name));
+    if (!mix_attr(h, value)) return false;
+  }
+  for (const Output& in : spec.inputs) {
+    if (&in.node()->graph() != g || in.index() < 0 || in.index() >= in.node()->num_outputs() ||
+        in.node()->op() == "Const") {
+      return false;
+    }
+    mix(h, static_cast<std::size_t>(in.dtype()));
+    mix_shape(h, in.shape());
+  }
+  return true;
+}
+
 // Resolves the dtype bound to type variable `attr` for a node being built.
 Status bind_type_attr(const OpDef& def, const std::string& attr, DType dtype, AttrMap& attrs,
                       const std::string& node, std::string_view arg) {
@@ -453,7 +515,19 @@ Result<Node*> Graph::add_node(NodeSpec spec) {
       return fail(s);
     }
   }
-  spec.name = unique_name(spec.name);
+  // The name's slot in the index is likely a cache miss on a big graph:
+  // start loading it while the signature is looked up.
+  std::string scoped_name = scoped(spec.name);
+  by_name_.prefetch(scoped_name);
+  std::size_t key = 0;
+  SignatureCache::Entry* entry = nullptr;
+  std::shared_ptr<const graph_internal::NodeProto> proto;
+  if (signature_key(this, reg, spec, key)) {
+    if (signatures_ == nullptr) signatures_ = std::make_unique<SignatureCache>();
+    entry = &signatures_->entries[key % SignatureCache::kEntries];
+    if (entry->matches(reg, key, spec)) proto = entry->proto;
+  }
+  spec.name = unique_scoped_name(std::move(scoped_name));
   const std::string& name = spec.name;
   for (const Output& in : spec.inputs) {
     if (&in.node()->graph() != this) {
@@ -473,98 +547,114 @@ Result<Node*> Graph::add_node(NodeSpec spec) {
                            name, spec.op));
     }
   }
-  // Input count and dtypes.
-  if (!def.has_variadic_inputs() && spec.inputs.size() != def.inputs().size()) {
-    return fail(invalid_argument("node '{}' ({}): expects {} input(s), got {}", name, spec.op,
-                                 def.inputs().size(), spec.inputs.size()));
-  }
-  if (!def.has_variadic_inputs()) {
-    for (std::size_t i = 0; i < def.inputs().size(); ++i) {
-      const ArgDef& arg = def.inputs()[i];
-      const DType got = spec.inputs[i].dtype();
-      if (arg.fixed != DType::kInvalid) {
-        if (got != arg.fixed) {
-          return fail(invalid_argument("node '{}' ({}): input '{}' ({}) must be {}, got {}", name,
-                                       spec.op, arg.name, spec.inputs[i].name(),
-                                       dtype_name(arg.fixed), dtype_name(got)));
+  if (proto == nullptr) {
+    // The attributes as given, for the signature cache.
+    AttrMap given;
+    if (entry != nullptr) given = spec.attrs;
+    // Input count and dtypes.
+    if (!def.has_variadic_inputs() && spec.inputs.size() != def.inputs().size()) {
+      return fail(invalid_argument("node '{}' ({}): expects {} input(s), got {}", name, spec.op,
+                                   def.inputs().size(), spec.inputs.size()));
+    }
+    if (!def.has_variadic_inputs()) {
+      for (std::size_t i = 0; i < def.inputs().size(); ++i) {
+        const ArgDef& arg = def.inputs()[i];
+        const DType got = spec.inputs[i].dtype();
+        if (arg.fixed != DType::kInvalid) {
+          if (got != arg.fixed) {
+            return fail(invalid_argument("node '{}' ({}): input '{}' ({}) must be {}, got {}", name,
+                                         spec.op, arg.name, spec.inputs[i].name(),
+                                         dtype_name(arg.fixed), dtype_name(got)));
+          }
+        } else {
+          Status s = bind_type_attr(def, arg.type_attr, got, spec.attrs, name, arg.name);
+          if (!s.is_ok()) return fail(s);
         }
+      }
+    }
+    // Type attrs: present and allowed.
+    for (const auto& ta : def.type_attrs()) {
+      auto it = spec.attrs.find(ta.name);
+      if (it == spec.attrs.end()) {
+        return fail(invalid_argument("node '{}' ({}): type attribute '{}' is not set", name,
+                                     spec.op, ta.name));
+      }
+      const DType* d = std::get_if<DType>(&it->second);
+      if (d == nullptr) {
+        return fail(invalid_argument("node '{}' ({}): attribute '{}' must be a type", name, spec.op,
+                                     ta.name));
+      }
+      if (std::find(ta.allowed.begin(), ta.allowed.end(), *d) == ta.allowed.end()) {
+        std::string allowed;
+        for (DType a : ta.allowed)
+          allowed += fmt::format("{}{}", allowed.empty() ? "" : ", ", dtype_name(a));
+        return fail(invalid_argument("node '{}' ({}): {} is {}, which is not one of {{{}}}", name,
+                                     spec.op, ta.name, dtype_name(*d), allowed));
+      }
+    }
+    // Other attrs: defaults and kinds.
+    for (const auto& ad : def.attrs()) {
+      auto it = spec.attrs.find(ad.name);
+      if (it == spec.attrs.end()) {
+        if (ad.required) {
+          return fail(invalid_argument("node '{}' ({}): required attribute '{}' ({}) is missing",
+                                       name, spec.op, ad.name, attr_kind_name(ad.value)));
+        }
+        spec.attrs.emplace(ad.name, ad.value);
+      } else if (it->second.index() != ad.value.index()) {
+        return fail(invalid_argument("node '{}' ({}): attribute '{}' must be a {}, got a {}", name,
+                                     spec.op, ad.name, attr_kind_name(ad.value),
+                                     attr_kind_name(it->second)));
+      }
+    }
+    // Output dtypes.
+    std::vector<DType> out_dtypes;
+    if (!def.output_list_attr().empty()) {
+      auto list = get_attr<std::vector<DType>>(spec.attrs, def.output_list_attr(), name);
+      if (!list.is_ok()) return fail(list.status());
+      out_dtypes = *list;
+    }
+    for (const ArgDef& arg : def.outputs()) {
+      if (arg.fixed != DType::kInvalid) {
+        out_dtypes.push_back(arg.fixed);
       } else {
-        Status s = bind_type_attr(def, arg.type_attr, got, spec.attrs, name, arg.name);
-        if (!s.is_ok()) return fail(s);
+        auto d = get_attr<DType>(spec.attrs, arg.type_attr, name);
+        if (!d.is_ok()) return fail(d.status());
+        out_dtypes.push_back(*d);
       }
     }
-  }
-  // Type attrs: present and allowed.
-  for (const auto& ta : def.type_attrs()) {
-    auto it = spec.attrs.find(ta.name);
-    if (it == spec.attrs.end()) {
-      return fail(invalid_argument("node '{}' ({}): type attribute '{}' is not set", name, spec.op,
-                                   ta.name));
-    }
-    const DType* d = std::get_if<DType>(&it->second);
-    if (d == nullptr) {
-      return fail(invalid_argument("node '{}' ({}): attribute '{}' must be a type", name, spec.op,
-                                   ta.name));
-    }
-    if (std::find(ta.allowed.begin(), ta.allowed.end(), *d) == ta.allowed.end()) {
-      std::string allowed;
-      for (DType a : ta.allowed)
-        allowed += fmt::format("{}{}", allowed.empty() ? "" : ", ", dtype_name(a));
-      return fail(invalid_argument("node '{}' ({}): {} is {}, which is not one of {{{}}}", name,
-                                   spec.op, ta.name, dtype_name(*d), allowed));
-    }
-  }
-  // Other attrs: defaults and kinds.
-  for (const auto& ad : def.attrs()) {
-    auto it = spec.attrs.find(ad.name);
-    if (it == spec.attrs.end()) {
-      if (ad.required) {
-        return fail(invalid_argument("node '{}' ({}): required attribute '{}' ({}) is missing",
-                                     name, spec.op, ad.name, attr_kind_name(ad.value)));
+    // Shapes.
+    std::vector<DType> in_dtypes;
+    std::vector<Shape> in_shapes;
+    std::vector<const Tensor*> constants;
+    for (const Output& in : spec.inputs) {
+      in_dtypes.push_back(in.dtype());
+      in_shapes.push_back(in.shape());
+      const Tensor* c = nullptr;
+      if (in.node()->op() == "Const") {
+        if (const AttrValue* v = in.node()->find_attr("value")) c = std::get_if<Tensor>(v);
       }
-      spec.attrs.emplace(ad.name, ad.value);
-    } else if (it->second.index() != ad.value.index()) {
-      return fail(invalid_argument("node '{}' ({}): attribute '{}' must be a {}, got a {}", name,
-                                   spec.op, ad.name, attr_kind_name(ad.value),
-                                   attr_kind_name(it->second)));
+      constants.push_back(c);
     }
-  }
-  // Output dtypes.
-  std::vector<DType> out_dtypes;
-  if (!def.output_list_attr().empty()) {
-    auto list = get_attr<std::vector<DType>>(spec.attrs, def.output_list_attr(), name);
-    if (!list.is_ok()) return fail(list.status());
-    out_dtypes = *list;
-  }
-  for (const ArgDef& arg : def.outputs()) {
-    if (arg.fixed != DType::kInvalid) {
-      out_dtypes.push_back(arg.fixed);
-    } else {
-      auto d = get_attr<DType>(spec.attrs, arg.type_attr, name);
-      if (!d.is_ok()) return fail(d.status());
-      out_dtypes.push_back(*d);
+    std::vector<Shape> out_shapes(out_dtypes.size(), Shape::unknown());
+    if (def.shape_function()) {
+      InferenceContext ctx(spec, in_dtypes, in_shapes, constants, &out_dtypes, &out_shapes);
+      Status s = def.shape_function()(ctx);
+      if (!s.is_ok()) {
+        // Shape functions report bare reasons; name the node here.
+        return fail(s.with_prefix(ctx.describe()));
+      }
     }
-  }
-  // Shapes.
-  std::vector<DType> in_dtypes;
-  std::vector<Shape> in_shapes;
-  std::vector<const Tensor*> constants;
-  for (const Output& in : spec.inputs) {
-    in_dtypes.push_back(in.dtype());
-    in_shapes.push_back(in.shape());
-    const Tensor* c = nullptr;
-    if (in.node()->op() == "Const") {
-      if (const AttrValue* v = in.node()->find_attr("value")) c = std::get_if<Tensor>(v);
-    }
-    constants.push_back(c);
-  }
-  std::vector<Shape> out_shapes(out_dtypes.size(), Shape::unknown());
-  if (def.shape_function()) {
-    InferenceContext ctx(spec, in_dtypes, in_shapes, constants, &out_dtypes, &out_shapes);
-    Status s = def.shape_function()(ctx);
-    if (!s.is_ok()) {
-      // Shape functions report bare reasons; name the node here.
-      return fail(s.with_prefix(ctx.describe()));
+    proto = intern(graph_internal::NodeProto{.attrs = std::move(spec.attrs),
+                                             .output_dtypes = std::move(out_dtypes),
+                                             .output_shapes = std::move(out_shapes)});
+    if (entry != nullptr) {
+      *entry = SignatureCache::Entry{.key = key,
+                                     .reg = reg,
+                                     .attrs = std::move(given),
+                                     .input_dtypes = std::move(in_dtypes),
+                                     .input_shapes = std::move(in_shapes),
+                                     .proto = proto};
     }
   }
   // Placement: the node's own device, else the scope's.
@@ -590,10 +680,11 @@ Result<Node*> Graph::add_node(NodeSpec spec) {
   node->device_ = device;
   node->name_ = std::move(spec.name);
   node->edges_ = graph_internal::Edges(spec.inputs, spec.control_inputs);
-  node->proto_ = intern(graph_internal::NodeProto{.attrs = std::move(spec.attrs),
-                                                  .output_dtypes = std::move(out_dtypes),
-                                                  .output_shapes = std::move(out_shapes)});
+  node->proto_ = std::move(proto);
   node->kernel_ = std::move(spec.kernel);
+  if (nodes_.size() == nodes_.capacity()) {
+    internal::reserve_maybe_huge(nodes_, std::max<std::size_t>(16, 2 * nodes_.size()));
+  }
   nodes_.push_back(node);
   by_name_.insert(node->name_, node->id_);
   return node;

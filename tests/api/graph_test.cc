@@ -299,6 +299,112 @@ TEST(GraphTest, NodesShareEqualAttributesAndKeepTheirOwnValues) {
   EXPECT_EQ(&(*e)->attrs(), &c->attrs());
 }
 
+TEST(GraphTest, ANodeLikeARecentOneReusesItsCheckedSignatureAndStillSeesItsOwnInputs) {
+  OpRegistry r;
+  auto factory = [](OpKernelConstruction&) -> Result<std::unique_ptr<OpKernel>> {
+    return unimplemented("not needed");
+  };
+  int shape_calls = 0;
+  // y has x's shape with `extra` appended; x must be a float.
+  ASSERT_TRUE(r.add(OpDef("Grow")
+                        .input("x", DType::kFloat32)
+                        .output("y", DType::kFloat32)
+                        .attr("extra", int64_t{1})
+                        .shape_fn([&shape_calls](InferenceContext& c) {
+                          ++shape_calls;
+                          GRAPHRUN_ASSIGN_OR_RETURN(int64_t extra, c.attr<int64_t>("extra"));
+                          const auto in = c.input_shape(0).dims();
+                          std::vector<int64_t> dims(in.begin(), in.end());
+                          dims.push_back(extra);
+                          c.set_output(0, Shape(dims));
+                          return Status::ok();
+                        }),
+                    factory)
+                  .is_ok());
+  ASSERT_TRUE(r.add(OpDef("Src")
+                        .output("y", "dtype")
+                        .type_attr("dtype", all_dtypes())
+                        .attr("shape", Shape::unknown())
+                        .shape_fn([](InferenceContext& c) {
+                          GRAPHRUN_ASSIGN_OR_RETURN(Shape shape, c.attr<Shape>("shape"));
+                          c.set_output(0, shape);
+                          return Status::ok();
+                        }),
+                    factory)
+                  .is_ok());
+  Graph g(r);
+  auto add = [&](const std::string& op, std::vector<Output> inputs, AttrMap attrs) -> Node* {
+    Result<Node*> n = g.add_node(NodeSpec{op, op, std::move(inputs), {}, std::move(attrs), {}});
+    return n.is_ok() ? *n : nullptr;
+  };
+  auto src = [&](DType dtype, Shape shape) {
+    return Output(add("Src", {}, {{"dtype", dtype}, {"shape", shape}}), 0);
+  };
+  const Output a = src(DType::kFloat32, Shape({2}));
+  const Output b = src(DType::kFloat32, Shape({3}));
+  // The same attributes over inputs of other shapes, alternating: each node
+  // gets its own inputs' shape.
+  for (int i = 0; i < 3; ++i) {
+    const Node* ga = add("Grow", {a}, {{"extra", int64_t{5}}});
+    const Node* gb = add("Grow", {b}, {{"extra", int64_t{5}}});
+    ASSERT_NE(ga, nullptr);
+    ASSERT_NE(gb, nullptr);
+    EXPECT_EQ(ga->output_shape(0), Shape({2, 5}));
+    EXPECT_EQ(gb->output_shape(0), Shape({3, 5}));
+    EXPECT_EQ(&ga->attrs(), &add("Grow", {a}, {{"extra", int64_t{5}}})->attrs());
+  }
+  // Equal nodes one after another run the shape function once.
+  const int calls_before = shape_calls;
+  for (int i = 0; i < 5; ++i) {
+    const Node* n = add("Grow", {b}, {{"extra", int64_t{7}}});
+    ASSERT_NE(n, nullptr);
+    EXPECT_EQ(n->output_shape(0), Shape({3, 7}));
+  }
+  EXPECT_EQ(shape_calls - calls_before, 1);
+  // An attribute as given but equal to its default after filling: another
+  // signature, the same shared attributes.
+  const Node* by_default = add("Grow", {a}, {});
+  ASSERT_NE(by_default, nullptr);
+  EXPECT_EQ(by_default->output_shape(0), Shape({2, 1}));
+  EXPECT_EQ(&by_default->attrs(), &add("Grow", {a}, {{"extra", int64_t{1}}})->attrs());
+  // A failing node with the signature of a good one but another input
+  // dtype is refused every time, naming itself, and good ones still pass.
+  const Output ints = src(DType::kInt32, Shape({2}));
+  for (int i = 0; i < 2; ++i) {
+    Result<Node*> bad =
+        g.add_node(NodeSpec{"Grow", "bad", {ints}, {}, {{"extra", int64_t{5}}}, {}});
+    EXPECT_THAT(bad.status(), StatusIs(StatusCode::kInvalidArgument, "'bad'"));
+  }
+  // More signatures than the cache keeps, then the first ones again: every
+  // node has its own attribute and shape.
+  std::vector<const Node*> many;
+  for (int64_t e = 0; e < 300; ++e) many.push_back(add("Grow", {a}, {{"extra", e % 150}}));
+  for (int64_t e = 0; e < 300; ++e) {
+    ASSERT_NE(many[static_cast<std::size_t>(e)], nullptr);
+    EXPECT_EQ(many[static_cast<std::size_t>(e)]->output_shape(0), Shape({2, e % 150}));
+    EXPECT_EQ(std::get<int64_t>(*many[static_cast<std::size_t>(e)]->find_attr("extra")), e % 150);
+  }
+  // A moved graph keeps adding nodes of a known signature correctly.
+  Graph moved = std::move(g);
+  Result<Node*> after =
+      moved.add_node(NodeSpec{"Grow", "after", {a}, {}, {{"extra", int64_t{5}}}, {}});
+  ASSERT_TRUE(after.is_ok()) << after.status().to_string();
+  EXPECT_EQ((*after)->output_shape(0), Shape({2, 5}));
+  EXPECT_EQ(&(*after)->graph(), &moved);
+}
+
+TEST(GraphTest, NodesFedByConstsInferShapesFromEachConstsValue) {
+  Graph g;
+  const Output x = ops::Placeholder(g, DType::kFloat32, Shape({6}));
+  for (int i = 0; i < 2; ++i) {
+    const Output r23 = ops::Reshape(g, x, ops::Const(g, Tensor::vector<int32_t>({2, 3})));
+    const Output r32 = ops::Reshape(g, x, ops::Const(g, Tensor::vector<int32_t>({3, 2})));
+    ASSERT_TRUE(g.status().is_ok()) << g.status().to_string();
+    EXPECT_EQ(r23.shape(), Shape({2, 3}));
+    EXPECT_EQ(r32.shape(), Shape({3, 2}));
+  }
+}
+
 TEST(OpRegistryTest, CustomOpsAreCheckedAndRegisteredOnce) {
   OpRegistry r;
   auto factory = [](OpKernelConstruction&) -> Result<std::unique_ptr<OpKernel>> {

@@ -411,6 +411,10 @@ class Graph {
     ~NameIndex() = default;
     // The id of the node named `name`, or -1.
     int find(std::string_view name, const std::vector<Node*>& nodes) const;
+    // Starts loading the slot where find(name) begins, so that a lookup
+    // issued a little later does not wait for memory (on a big graph the
+    // slot is a cache miss).
+    void prefetch(std::string_view name) const;
     // Adds node `id` (its name is absent).
     void insert(std::string_view name, int id);
     void clear() {
@@ -425,6 +429,14 @@ class Graph {
     std::size_t size_ = 0;
   };
   NameIndex by_name_;
+  // unique_name() of a name already scoped.
+  std::string unique_scoped_name(std::string name) const;
+  // Recent node signatures (op, attributes as given, input dtypes and
+  // shapes) and the proto add_node made of each: a node like a recent one
+  // skips the checks, shape inference and interning, which are functions of
+  // its signature alone (api/src/graph.cc). Direct-mapped; made on first use.
+  struct SignatureCache;
+  std::unique_ptr<SignatureCache> signatures_;
   // Per name unique_name() had to suffix, the last suffix it returned:
   // names are never freed, so the next free one is past it (without this,
   // n unnamed nodes of one op cost n^2 / 2 lookups).

@@ -222,7 +222,10 @@ class OpDef {
   OpDef& attr(std::string name, AttrValue default_value);
   /// A required attr of the kind of `kind_example`.
   OpDef& required_attr(std::string name, AttrValue kind_example);
-  /// Sets the shape function, run by Graph::add_node.
+  /// Sets the shape function, run by Graph::add_node. It must depend only on
+  /// what its InferenceContext shows: a node with the same attributes, input
+  /// dtypes and shapes as a recent one (and no Const input) reuses that
+  /// node's result without calling it again.
   OpDef& shape_fn(ShapeFn fn);
   /// Stateful ops touch state outside their inputs (variables, RNG, iterators):
   /// never deduplicated, and each runs once per step.
