@@ -26,6 +26,7 @@
 #include <exception>
 #include <new>
 
+#include "api/src/huge_pages.h"
 #include "ops/control/control_ops.h"
 #include "ops/internal/families.h"
 
@@ -128,11 +129,19 @@ Status check_output(const Node& node, int i, const Tensor& t) {
   return Status::ok();
 }
 
+// A Call node's kernel (one per node and session) takes its memory from the
+// node-object allocator, as its callable does (api/src/huge_pages.h).
+struct NodeObjectStorage {
+  static void* operator new(std::size_t n) { return internal::allocate_node_object(n); }
+  static void operator delete(void* p) noexcept { internal::free_node_object(p); }
+  static void operator delete(void* p, std::size_t) noexcept { internal::free_node_object(p); }
+};
+
 // kCheap is the node's `cheap` hint, a template argument rather than a field
 // so that the kernel takes 40 bytes (a 48-byte allocation, not 64).
 // Thread safety: as thread-safe as the user's callable (required to be).
 template <bool kCheap>
-class CallOp final : public OpKernel {
+class CallOp final : public OpKernel, public NodeObjectStorage {
  public:
   explicit CallOp(ops::CallableFn fn) : fn_(std::move(fn)) {}
   bool is_cheap() const override { return kCheap; }
@@ -167,7 +176,7 @@ class CallOp final : public OpKernel {
 // The callable writes the outputs through the context itself.
 // Thread safety: as thread-safe as the user's callable (required to be).
 template <bool kCheap>
-class CallKernelOp final : public OpKernel {
+class CallKernelOp final : public OpKernel, public NodeObjectStorage {
  public:
   explicit CallKernelOp(ops::CallableKernelFn fn) : fn_(std::move(fn)) {}
   bool is_cheap() const override { return kCheap; }
@@ -215,7 +224,8 @@ struct CallFactory {
 
 template <template <bool> class Op, typename Fn>
 std::shared_ptr<const KernelFactory> call_factory(Fn fn, bool cheap) {
-  auto holder = std::make_shared<CallFactory<Fn>>(CallFactory<Fn>{std::move(fn), cheap, {}});
+  auto holder = std::allocate_shared<CallFactory<Fn>>(
+      internal::NodeObjectAllocator<CallFactory<Fn>>(), CallFactory<Fn>{std::move(fn), cheap, {}});
   // One pointer: fits std::function's own storage.
   holder->factory = [h = holder.get()](OpKernelConstruction&) -> Result<std::unique_ptr<OpKernel>> {
     if (h->cheap) return std::make_unique<Op<true>>(h->fn);

@@ -9,6 +9,7 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 namespace graphrun::internal {
@@ -92,5 +93,81 @@ TEST(HugePagesTest, ReservedVectorIsAdvisedBeforeItIsFilledSkippedWithoutThp) {
   EXPECT_EQ(v.data(), data);
 }
 
+// Objects of one size class: 208 bytes, a class nothing else here uses.
+constexpr std::size_t kObjectBytes = 200;
+
+TEST(NodeObjectTest,
+     PastTheFirstOfAClassObjectsComeFromHugePageSlabsThatGoBackWhenEmptySkippedUnderSanitizers) {
+  if (!node_slabs_enabled()) GTEST_SKIP() << "sanitizer build: node objects come from operator new";
+  const std::size_t slabs_before = node_slabs_in_use();
+  std::vector<char*> objects;
+  // The first kNodeSlabAfter of the class come from operator new.
+  for (std::size_t i = 0; i < kNodeSlabAfter; ++i) {
+    objects.push_back(static_cast<char*>(allocate_node_object(kObjectBytes)));
+  }
+  const std::size_t first_slab_object = objects.size();
+  for (std::size_t i = 0; i < 30'000; ++i) {
+    objects.push_back(static_cast<char*>(allocate_node_object(kObjectBytes)));
+  }
+  for (std::size_t i = 0; i < objects.size(); ++i) {
+    EXPECT_EQ(in_node_slab(objects[i]), i >= first_slab_object) << i;
+    EXPECT_EQ(reinterpret_cast<std::uintptr_t>(objects[i]) % 16, 0u) << i;
+    std::memset(objects[i], static_cast<int>(i % 251), kObjectBytes);
+  }
+  // No two objects overlap: every one still holds its own bytes.
+  for (std::size_t i = 0; i < objects.size(); ++i) {
+    const char want = static_cast<char>(i % 251);
+    ASSERT_EQ(objects[i][0], want) << i;
+    ASSERT_EQ(objects[i][kObjectBytes - 1], want) << i;
+  }
+  // 30,000 objects of 208 bytes fill three slabs and part of a fourth.
+  const std::size_t slabs_full = node_slabs_in_use();
+  EXPECT_GE(slabs_full - slabs_before, 3u);
+  if (thp_available()) {
+    EXPECT_NE(vm_flags_of(objects.back()).find(" hg"), std::string::npos)
+        << vm_flags_of(objects.back());
+  }
+  // A freed object's place is taken again, in a slab.
+  free_node_object(objects.back());
+  char* again = static_cast<char*>(allocate_node_object(kObjectBytes));
+  EXPECT_EQ(again, objects.back());
+  objects.back() = again;
+  // Freed, the slabs go back to the system but one.
+  for (char* p : objects) free_node_object(p);
+  EXPECT_LE(node_slabs_in_use(), slabs_before + 1);
+  // Objects too big for a slab come from operator new.
+  void* big = allocate_node_object(kNodeSlabMaxBytes + 1);
+  EXPECT_FALSE(in_node_slab(big));
+  free_node_object(big);
+}
+
+TEST(NodeObjectTest, TwoThreadsAllocatingAndFreeingKeepEveryObjectWhole) {
+  auto work = [](int seed, bool& ok) {
+    std::vector<char*> live;
+    for (int round = 0; round < 4; ++round) {
+      for (int i = 0; i < 20'000; ++i) {
+        char* p = static_cast<char*>(allocate_node_object(96));
+        std::memset(p, seed + i % 7, 96);
+        live.push_back(p);
+      }
+      for (std::size_t i = 0; i < live.size(); ++i) {
+        const char want = static_cast<char>(seed + static_cast<int>(i % 20'000) % 7);
+        if (live[i][0] != want || live[i][95] != want) ok = false;
+      }
+      // Free every other one, then the rest: slabs half empty, then empty.
+      for (std::size_t i = 0; i < live.size(); i += 2) free_node_object(live[i]);
+      for (std::size_t i = 1; i < live.size(); i += 2) free_node_object(live[i]);
+      live.clear();
+    }
+  };
+  bool ok_a = true;
+  bool ok_b = true;
+  std::thread a(work, 10, std::ref(ok_a));
+  std::thread b(work, 50, std::ref(ok_b));
+  a.join();
+  b.join();
+  EXPECT_TRUE(ok_a);
+  EXPECT_TRUE(ok_b);
+}
 }  // namespace
 }  // namespace graphrun::internal

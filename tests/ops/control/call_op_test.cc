@@ -69,6 +69,31 @@ TEST(CallTest, KernelsCarryTheCheapHintAndTheirOwnCallable) {
   EXPECT_EQ(called, expected_calls);
 }
 
+// Past the first few thousand, Call nodes keep their callables and kernels
+// in slabs (api/src/huge_pages.h): two sessions over 40,000 nodes each call
+// every node's own callable once a run, and are destroyed cleanly.
+TEST(CallTest, ManyNodesEachCallTheirOwnCallableInEverySession) {
+  constexpr int kNodes = 40'000;
+  Graph g;
+  std::vector<int> calls(kNodes, 0);  // one node, one slot: no race
+  std::vector<TargetRef> nodes;
+  for (int i = 0; i < kNodes; ++i) {
+    ops::Call(g, {}, {}, [&calls, i](std::span<const Tensor>) -> Tensors {
+      ++calls[static_cast<std::size_t>(i)];
+      return std::vector<Tensor>();
+    });
+    nodes.push_back(g.node(g.num_nodes() - 1));
+  }
+  ASSERT_THAT(g.status(), IsOk());
+  for (int s = 0; s < 2; ++s) {
+    auto session = Session::create(g);
+    ASSERT_THAT(session.status(), IsOk());
+    ASSERT_THAT((*session)->run({}, {}, nodes).status(), IsOk());
+    ASSERT_THAT((*session)->run({}, {}, nodes).status(), IsOk());
+  }
+  EXPECT_EQ(std::count(calls.begin(), calls.end(), 4), kNodes);
+}
+
 TEST(CallTest, ComputesFromItsInputs) {
   Graph g;
   Output x = ops::Placeholder(g, DType::kFloat32, Shape{-1}, "x");
