@@ -157,6 +157,10 @@ struct Graph::SignatureCache {
   };
   static constexpr std::size_t kEntries = 64;
   std::array<Entry, kEntries> entries;
+  // The last op looked up and its registration (registrations are never
+  // removed): runs of one op skip the registry's lock and hash.
+  std::string last_op;
+  const OpRegistration* last_reg = nullptr;
 };
 
 Graph::Graph(const OpRegistry& registry) : registry_(&registry) {}
@@ -499,7 +503,15 @@ Result<Node*> Graph::add_node(NodeSpec spec) {
     status_.update(s);
     return s;
   };
-  const OpRegistration* reg = registry_->find(spec.op);
+  if (signatures_ == nullptr) signatures_ = std::make_unique<SignatureCache>();
+  const OpRegistration* reg = signatures_->last_reg;
+  if (reg == nullptr || signatures_->last_op != spec.op) {
+    reg = registry_->find(spec.op);
+    if (reg != nullptr) {
+      signatures_->last_op = spec.op;
+      signatures_->last_reg = reg;
+    }
+  }
   if (spec.name.empty()) spec.name = spec.op;
   if (reg == nullptr) {
     return fail(not_found("node '{}': op '{}' is not registered", scoped(spec.name), spec.op));
@@ -523,7 +535,6 @@ Result<Node*> Graph::add_node(NodeSpec spec) {
   SignatureCache::Entry* entry = nullptr;
   std::shared_ptr<const graph_internal::NodeProto> proto;
   if (signature_key(this, reg, spec, key)) {
-    if (signatures_ == nullptr) signatures_ = std::make_unique<SignatureCache>();
     entry = &signatures_->entries[key % SignatureCache::kEntries];
     if (entry->matches(reg, key, spec)) proto = entry->proto;
   }

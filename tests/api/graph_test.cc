@@ -384,6 +384,13 @@ TEST(GraphTest, ANodeLikeARecentOneReusesItsCheckedSignatureAndStillSeesItsOwnIn
     EXPECT_EQ(many[static_cast<std::size_t>(e)]->output_shape(0), Shape({2, e % 150}));
     EXPECT_EQ(std::get<int64_t>(*many[static_cast<std::size_t>(e)]->find_attr("extra")), e % 150);
   }
+  // An op the registry lacks is refused after a run of known ones; one
+  // registered since is found.
+  Result<Node*> missing = g.add_node(NodeSpec{"Later", "later", {}, {}, {}, {}});
+  EXPECT_THAT(missing.status(), StatusIs(StatusCode::kNotFound, "'Later'"));
+  ASSERT_TRUE(r.add(OpDef("Later"), factory).is_ok());
+  EXPECT_TRUE(g.add_node(NodeSpec{"Later", "later", {}, {}, {}, {}}).is_ok());
+  EXPECT_TRUE(g.add_node(NodeSpec{"Grow", "grow", {a}, {}, {}, {}}).is_ok());
   // A moved graph keeps adding nodes of a known signature correctly.
   Graph moved = std::move(g);
   Result<Node*> after =
