@@ -207,9 +207,9 @@ uint32_t Graph::NameIndex::tag_of(std::string_view name) {
   return static_cast<uint32_t>(h ^ (h >> 32));
 }
 
-int Graph::NameIndex::find(std::string_view name, const std::vector<Node*>& nodes) const {
+int Graph::NameIndex::find(std::string_view name, uint32_t tag,
+                           const std::vector<Node*>& nodes) const {
   if (slots_.empty()) return -1;
-  const uint32_t tag = tag_of(name);
   const std::size_t mask = slots_.size() - 1;
   for (std::size_t i = tag & mask;; i = (i + 1) & mask) {
     const uint64_t slot = slots_[i];
@@ -221,9 +221,9 @@ int Graph::NameIndex::find(std::string_view name, const std::vector<Node*>& node
   }
 }
 
-void Graph::NameIndex::prefetch(std::string_view name) const {
+void Graph::NameIndex::prefetch(uint32_t tag) const {
   if (slots_.empty()) return;
-  __builtin_prefetch(&slots_[tag_of(name) & (slots_.size() - 1)]);
+  __builtin_prefetch(&slots_[tag & (slots_.size() - 1)]);
 }
 
 void Graph::NameIndex::place(uint64_t slot) {
@@ -233,7 +233,7 @@ void Graph::NameIndex::place(uint64_t slot) {
   slots_[i] = slot;
 }
 
-void Graph::NameIndex::insert(std::string_view name, int id) {
+void Graph::NameIndex::insert(uint32_t tag, int id) {
   if (2 * (size_ + 1) > slots_.size()) {
     // Grow to twice: the tags give every entry its place again, without
     // hashing the names.
@@ -245,7 +245,7 @@ void Graph::NameIndex::insert(std::string_view name, int id) {
       if (slot != 0) place(slot);
     }
   }
-  place((static_cast<uint64_t>(tag_of(name)) << 32) | (static_cast<uint64_t>(id) + 1));
+  place((static_cast<uint64_t>(tag) << 32) | (static_cast<uint64_t>(id) + 1));
   ++size_;
 }
 
@@ -530,7 +530,8 @@ Result<Node*> Graph::add_node(NodeSpec spec) {
   // The name's slot in the index is likely a cache miss on a big graph:
   // start loading it while the signature is looked up.
   std::string scoped_name = scoped(spec.name);
-  by_name_.prefetch(scoped_name);
+  const uint32_t scoped_tag = NameIndex::tag_of(scoped_name);
+  by_name_.prefetch(scoped_tag);
   std::size_t key = 0;
   SignatureCache::Entry* entry = nullptr;
   std::shared_ptr<const graph_internal::NodeProto> proto;
@@ -538,7 +539,13 @@ Result<Node*> Graph::add_node(NodeSpec spec) {
     entry = &signatures_->entries[key % SignatureCache::kEntries];
     if (entry->matches(reg, key, spec)) proto = entry->proto;
   }
-  spec.name = unique_scoped_name(std::move(scoped_name));
+  uint32_t name_tag = scoped_tag;
+  if (by_name_.find(scoped_name, scoped_tag, nodes_) < 0) {
+    spec.name = std::move(scoped_name);
+  } else {
+    spec.name = unique_scoped_name(std::move(scoped_name));
+    name_tag = NameIndex::tag_of(spec.name);
+  }
   const std::string& name = spec.name;
   for (const Output& in : spec.inputs) {
     if (&in.node()->graph() != this) {
@@ -697,7 +704,7 @@ Result<Node*> Graph::add_node(NodeSpec spec) {
     internal::reserve_maybe_huge(nodes_, std::max<std::size_t>(16, 2 * nodes_.size()));
   }
   nodes_.push_back(node);
-  by_name_.insert(node->name_, node->id_);
+  by_name_.insert(name_tag, node->id_);
   return node;
 }
 

@@ -228,6 +228,8 @@ class NodeSlabs {
 
   void reserve() {
     reserved_ = true;
+    // Room for every slab's address, so that release() never allocates.
+    free_slabs_.reserve(kRangeBytes / kHugePage);
     void* p = mmap(nullptr, kRangeBytes + kHugePage, PROT_READ | PROT_WRITE,
                    MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (p == MAP_FAILED) return;  // range_bytes_ stays 0: operator new

@@ -409,21 +409,26 @@ class Graph {
     NameIndex& operator=(const NameIndex& other);
     NameIndex& operator=(NameIndex&&) noexcept = default;
     ~NameIndex() = default;
+    // The hash a name is placed by (the forms taking it save hashing twice).
+    static uint32_t tag_of(std::string_view name);
     // The id of the node named `name`, or -1.
-    int find(std::string_view name, const std::vector<Node*>& nodes) const;
-    // Starts loading the slot where find(name) begins, so that a lookup
-    // issued a little later does not wait for memory (on a big graph the
-    // slot is a cache miss).
-    void prefetch(std::string_view name) const;
-    // Adds node `id` (its name is absent).
-    void insert(std::string_view name, int id);
+    int find(std::string_view name, const std::vector<Node*>& nodes) const {
+      return find(name, tag_of(name), nodes);
+    }
+    int find(std::string_view name, uint32_t tag, const std::vector<Node*>& nodes) const;
+    // Starts loading the slot where the lookup of the name with this tag
+    // begins, so that a lookup issued a little later does not wait for
+    // memory (on a big graph the slot is a cache miss).
+    void prefetch(uint32_t tag) const;
+    // Adds node `id` (its name, whose tag is given, is absent).
+    void insert(std::string_view name, int id) { insert(tag_of(name), id); }
+    void insert(uint32_t tag, int id);
     void clear() {
       slots_.clear();
       size_ = 0;
     }
 
    private:
-    static uint32_t tag_of(std::string_view name);
     void place(uint64_t slot);
     std::vector<uint64_t> slots_;  // hash tag << 32 | (id + 1); 0: empty
     std::size_t size_ = 0;
