@@ -8,7 +8,8 @@
 // kHugePageMinBytes before they are filled. They change nothing else: below
 // kHugePageMinBytes, on other systems, or with THP disabled ("never"), memory is
 // the allocator's as usual.
-// Thread safety: thread-safe (no state).
+// Thread safety: thread-safe (the buffer helpers keep no state; the
+// node-object slabs below lock per size class).
 #pragma once
 
 #include <cstddef>
