@@ -5,7 +5,7 @@
 //   graphrun_cold_probe <raw|call|callmoved|noop> <nodes>
 //
 // Builds a chain of <nodes> nodes, runs it once, and prints one line:
-//   build_ns=<...> first_run_ns=<...> peak_bytes=<...>
+//   build_ns=<...> first_run_ns=<...> peak_bytes=<...> build_bytes=<...>
 // raw:  default-policy continue_nodes calling one std::function, built in
 //       a 1-thread arena, run once, destroyed (build_ns: construction and
 //       edges; first_run_ns: the run plus the destruction).
@@ -15,7 +15,9 @@
 // callmoved: the same, the graph moved into the session (no copy).
 // noop: the same with ops::NoOp nodes.
 // peak_bytes: the process's peak resident set (getrusage) minus its
-// resident set before building anything.
+// resident set before building anything; build_bytes: the resident set's
+// growth while building (first touch of memory is a large part of a cold
+// build's time).
 #include <fmt/format.h>
 #include <sys/resource.h>
 
@@ -67,7 +69,7 @@ const std::function<void()>& work() {
   return fn;
 }
 
-void probe_raw(int n, int64_t& build_ns, int64_t& run_ns) {
+void probe_raw(int n, int64_t& build_ns, int64_t& run_ns, int64_t& build_bytes) {
   using Node = tbb::flow::continue_node<tbb::flow::continue_msg>;
   tbb::task_arena arena(1);
   arena.execute([&] {
@@ -83,6 +85,7 @@ void probe_raw(int n, int64_t& build_ns, int64_t& run_ns) {
       if (i > 0) tbb::flow::make_edge((*nodes)[static_cast<std::size_t>(i - 1)], nodes->back());
     }
     build_ns = ns_since(t0);
+    build_bytes = current_rss_bytes();
     const auto t1 = Clock::now();
     nodes->front().try_put(tbb::flow::continue_msg());
     g->wait_for_all();
@@ -92,7 +95,8 @@ void probe_raw(int n, int64_t& build_ns, int64_t& run_ns) {
   });
 }
 
-void probe_graphrun(int n, bool call, bool move, int64_t& build_ns, int64_t& run_ns) {
+void probe_graphrun(int n, bool call, bool move, int64_t& build_ns, int64_t& run_ns,
+                    int64_t& build_bytes) {
   const std::function<void()>* fn = &work();
   const graphrun::ops::CallableFn body =
       [fn](std::span<const graphrun::Tensor>) -> graphrun::Result<std::vector<graphrun::Tensor>> {
@@ -114,6 +118,7 @@ void probe_graphrun(int n, bool call, bool move, int64_t& build_ns, int64_t& run
   }
   if (!g.status().is_ok()) fail(g.status().to_string());
   build_ns = ns_since(t0);
+  build_bytes = current_rss_bytes();
   const auto t1 = Clock::now();
   graphrun::SessionOptions options;
   options.inter_op_threads = 1;
@@ -135,14 +140,17 @@ int main(int argc, char** argv) {
   const int64_t before = current_rss_bytes();
   int64_t build_ns = 0;
   int64_t run_ns = 0;
+  int64_t build_bytes = 0;
   if (kind == "raw") {
-    probe_raw(n, build_ns, run_ns);
+    probe_raw(n, build_ns, run_ns, build_bytes);
   } else if (kind == "call" || kind == "callmoved" || kind == "noop") {
-    probe_graphrun(n, kind != "noop", kind == "callmoved", build_ns, run_ns);
+    probe_graphrun(n, kind != "noop", kind == "callmoved", build_ns, run_ns, build_bytes);
   } else {
     fail("unknown kind " + kind);
   }
-  std::printf("build_ns=%lld first_run_ns=%lld peak_bytes=%lld\n", static_cast<long long>(build_ns),
-              static_cast<long long>(run_ns), static_cast<long long>(peak_rss_bytes() - before));
+  std::printf("build_ns=%lld first_run_ns=%lld peak_bytes=%lld build_bytes=%lld\n",
+              static_cast<long long>(build_ns), static_cast<long long>(run_ns),
+              static_cast<long long>(peak_rss_bytes() - before),
+              static_cast<long long>(build_bytes - before));
   return 0;
 }
