@@ -142,7 +142,8 @@ struct Graph::SignatureCache {
     std::vector<DType> input_dtypes;
     std::vector<Shape> input_shapes;
     std::shared_ptr<const graph_internal::NodeProto> proto;  // null: empty
-    bool matches(const OpRegistration* r, std::size_t k, const NodeSpec& spec) const {
+    bool matches(const OpRegistration* r, std::size_t k, const NodeSpec& spec,
+                 const AttrMap& given) const {
       if (proto == nullptr || key != k || reg != r || input_dtypes.size() != spec.inputs.size()) {
         return false;
       }
@@ -152,7 +153,7 @@ struct Graph::SignatureCache {
           return false;
         }
       }
-      return attrs == spec.attrs;
+      return attrs == given;
     }
   };
   static constexpr std::size_t kEntries = 64;
@@ -457,10 +458,10 @@ bool same_proto(const graph_internal::NodeProto& a, const graph_internal::NodePr
 // intern() would not share; also for an input add_node refuses (of another
 // graph, out of range), which it reports later.
 bool signature_key(const Graph* g, const OpRegistration* reg, const NodeSpec& spec,
-                   std::size_t& h) {
+                   const AttrMap& attrs, std::size_t& h) {
   h = reinterpret_cast<std::uintptr_t>(reg);
-  mix(h, spec.attrs.size());
-  for (const auto& [name, value] : spec.attrs) {
+  mix(h, attrs.size());
+  for (const auto& [name, value] : attrs) {
     mix(h, std::hash<std::string>{}(name));
     if (!mix_attr(h, value)) return false;
   }
@@ -498,7 +499,20 @@ Status bind_type_attr(const OpDef& def, const std::string& attr, DType dtype, At
 
 }  // namespace
 
-Result<Node*> Graph::add_node(NodeSpec spec) {
+Result<Node*> Graph::add_node(NodeSpec spec) { return add_node_with(spec, spec.attrs); }
+
+Result<Node*> Graph::add_node(NodeSpec spec, const AttrMap& attrs) {
+  if (!spec.attrs.empty()) {
+    Status s = invalid_argument(
+        "node '{}' ({}): attributes given both in the NodeSpec and apart; give them once",
+        scoped(spec.name.empty() ? spec.op : spec.name), spec.op);
+    status_.update(s);
+    return s;
+  }
+  return add_node_with(spec, attrs);
+}
+
+Result<Node*> Graph::add_node_with(NodeSpec& spec, const AttrMap& attrs) {
   auto fail = [&](Status s) -> Result<Node*> {
     status_.update(s);
     return s;
@@ -535,9 +549,9 @@ Result<Node*> Graph::add_node(NodeSpec spec) {
   std::size_t key = 0;
   SignatureCache::Entry* entry = nullptr;
   std::shared_ptr<const graph_internal::NodeProto> proto;
-  if (signature_key(this, reg, spec, key)) {
+  if (signature_key(this, reg, spec, attrs, key)) {
     entry = &signatures_->entries[key % SignatureCache::kEntries];
-    if (entry->matches(reg, key, spec)) proto = entry->proto;
+    if (entry->matches(reg, key, spec, attrs)) proto = entry->proto;
   }
   uint32_t name_tag = scoped_tag;
   if (by_name_.find(scoped_name, scoped_tag, nodes_) < 0) {
@@ -566,6 +580,8 @@ Result<Node*> Graph::add_node(NodeSpec spec) {
     }
   }
   if (proto == nullptr) {
+    // The checks below fill defaults into spec.attrs.
+    if (&attrs != &spec.attrs) spec.attrs = attrs;
     // The attributes as given, for the signature cache.
     AttrMap given;
     if (entry != nullptr) given = spec.attrs;

@@ -234,6 +234,30 @@ std::shared_ptr<const KernelFactory> call_factory(Fn fn, bool cheap) {
   return std::shared_ptr<const KernelFactory>(holder, &holder->factory);
 }
 
+// The attributes of the last Call node this thread built, kept: a run of
+// Call nodes of one signature (the common case) hands add_node the same map
+// instead of building one per node. Per thread, as graphs are built on any.
+const AttrMap& call_attrs(std::vector<DType> input_dtypes, std::vector<DType> output_dtypes,
+                          std::vector<int64_t> shapes) {
+  struct Last {
+    bool valid = false;
+    std::vector<DType> tin, tout;
+    std::vector<int64_t> shapes;
+    AttrMap attrs;
+  };
+  thread_local Last last;
+  if (!last.valid || last.tin != input_dtypes || last.tout != output_dtypes ||
+      last.shapes != shapes) {
+    last.valid = false;  // until the new map is whole
+    last.attrs = AttrMap{{"Tin", input_dtypes}, {"Tout", output_dtypes}, {kShapesAttr, shapes}};
+    last.tin = std::move(input_dtypes);
+    last.tout = std::move(output_dtypes);
+    last.shapes = std::move(shapes);
+    last.valid = true;
+  }
+  return last.attrs;
+}
+
 // Adds the node; `factory` makes its kernel. One Output per output dtype,
 // all invalid on failure.
 std::vector<Output> add_call(Graph& g, std::vector<Output> inputs, std::vector<DType> output_dtypes,
@@ -257,15 +281,15 @@ std::vector<Output> add_call(Graph& g, std::vector<Output> inputs, std::vector<D
     input_dtypes.push_back(in.dtype());
   }
   if (input_dtypes.size() != inputs.size()) input_dtypes.clear();
-  Result<Node*> node = g.add_node(NodeSpec{
-      .op = op,
-      .name = node_name,
-      .inputs = std::move(inputs),
-      .attrs = {{"Tin", std::move(input_dtypes)},
-                {"Tout", std::move(output_dtypes)},
-                {kShapesAttr, encode_shapes(attrs.output_shapes)}},
-      .kernel = std::move(factory),
-  });
+  Result<Node*> node = g.add_node(
+      NodeSpec{
+          .op = op,
+          .name = node_name,
+          .inputs = std::move(inputs),
+          .kernel = std::move(factory),
+      },
+      call_attrs(std::move(input_dtypes), std::move(output_dtypes),
+                 encode_shapes(attrs.output_shapes)));
   if (!node.is_ok()) return std::vector<Output>(n);
   std::vector<Output> outputs;
   outputs.reserve(n);

@@ -412,6 +412,37 @@ TEST(GraphTest, NodesFedByConstsInferShapesFromEachConstsValue) {
   }
 }
 
+// add_node(spec, attrs): the map is read, never changed (defaults go into
+// the node), and a map changed in place between nodes is seen anew.
+TEST(GraphTest, AttributesGivenApartAreOnlyReadAndMayNotAlsoBeInTheSpec) {
+  Graph g;
+  AttrMap attrs{{"dtype", DType::kFloat32}};
+  Result<Node*> a = g.add_node(NodeSpec{.op = "Placeholder", .name = "a"}, attrs);
+  ASSERT_TRUE(a.is_ok()) << a.status().to_string();
+  EXPECT_EQ(attrs.size(), 1u);
+  ASSERT_NE((*a)->find_attr("shape"), nullptr);  // the default, in the node
+  EXPECT_TRUE((*a)->output_shape(0).is_unknown_rank());
+  attrs["shape"] = Shape({3});
+  Result<Node*> b = g.add_node(NodeSpec{.op = "Placeholder", .name = "b"}, attrs);
+  attrs["dtype"] = DType::kInt32;
+  Result<Node*> c = g.add_node(NodeSpec{.op = "Placeholder", .name = "c"}, attrs);
+  ASSERT_TRUE(b.is_ok() && c.is_ok());
+  EXPECT_EQ((*b)->output_shape(0), Shape({3}));
+  EXPECT_EQ((*b)->output_dtype(0), DType::kFloat32);
+  EXPECT_EQ((*c)->output_dtype(0), DType::kInt32);
+  // The same map again: the same checked signature as b's.
+  attrs["dtype"] = DType::kFloat32;
+  Result<Node*> d = g.add_node(NodeSpec{.op = "Placeholder", .name = "d"}, attrs);
+  ASSERT_TRUE(d.is_ok());
+  EXPECT_EQ(&(*d)->attrs(), &(*b)->attrs());
+  // Attributes in both places are refused, naming the node, and recorded.
+  Result<Node*> both =
+      g.add_node(NodeSpec{.op = "Placeholder", .name = "both", .attrs = attrs}, attrs);
+  EXPECT_THAT(both.status(), StatusIs(StatusCode::kInvalidArgument, "'both'"));
+  EXPECT_THAT(g.status(), StatusIs(StatusCode::kInvalidArgument, "given both"));
+  EXPECT_EQ(g.num_nodes(), 4);
+}
+
 TEST(OpRegistryTest, CustomOpsAreCheckedAndRegisteredOnce) {
   OpRegistry r;
   auto factory = [](OpKernelConstruction&) -> Result<std::unique_ptr<OpKernel>> {

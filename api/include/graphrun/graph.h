@@ -296,6 +296,10 @@ class Graph {
   /// (filling defaults), infers output dtypes and shapes, and picks a unique
   /// name. On error returns it, and also records it in status().
   Result<Node*> add_node(NodeSpec spec);
+  /// The same, with the attributes given apart (`spec.attrs` must be empty)
+  /// and only read: a builder adding many nodes of equal attributes keeps
+  /// one map, which is copied only for a node of a new signature.
+  Result<Node*> add_node(NodeSpec spec, const AttrMap& attrs);
   /// Adds a control edge: `node` runs after `dep`.
   Status add_control_input(Node* node, const Node* dep);
 
@@ -397,6 +401,9 @@ class Graph {
   std::size_t chunk_used_ = 0;  // nodes taken from chunks_.back()
   std::size_t chunk_size_ = 0;  // chunks_.back()'s
   Node* new_node();
+  // add_node's body; `attrs` are the node's attributes as given (spec.attrs
+  // or the map add_node(spec, attrs) was handed).
+  Result<Node*> add_node_with(NodeSpec& spec, const AttrMap& attrs);
   // Node name -> id: open addressing over the nodes' own names, one 8-byte
   // slot per node at most half full (an unordered_map spent a 64-byte
   // allocation per node and, on a big graph, two cache misses per lookup).

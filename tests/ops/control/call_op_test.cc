@@ -140,6 +140,44 @@ TEST(CallTest, ManyInputsAndOutputsOfMixedDtypes) {
                                    TensorEq(Tensor(false))));
 }
 
+// Call builders keep the last signature's attributes per thread: nodes of
+// alternating signatures, and graphs built on two threads at once, each get
+// their own dtypes and shapes.
+TEST(CallTest, NodesOfAlternatingSignaturesEachKeepTheirOwnAttributes) {
+  auto build = [](Graph& g, int n) {
+    ops::CallAttrs shaped;
+    shaped.output_shapes = {Shape{2}};
+    for (int i = 0; i < n; ++i) {
+      const Output f = ops::Call(
+          g, {}, {DType::kFloat32},
+          [](std::span<const Tensor>) -> Tensors {
+            return std::vector<Tensor>{Tensor{1.0f, 2.0f}};
+          },
+          shaped)[0];
+      const Output k =
+          ops::Call(g, {f}, {DType::kInt32}, [](std::span<const Tensor> in) -> Tensors {
+            return std::vector<Tensor>{Tensor(static_cast<int32_t>(in[0].num_elements()))};
+          })[0];
+      EXPECT_EQ(f.shape(), (Shape{2}));
+      EXPECT_EQ(k.dtype(), DType::kInt32);
+      EXPECT_TRUE(k.shape().is_unknown_rank());
+      EXPECT_EQ(std::get<std::vector<DType>>(*k.node()->find_attr("Tin")),
+                std::vector<DType>{DType::kFloat32});
+      EXPECT_TRUE(std::get<std::vector<DType>>(*f.node()->find_attr("Tin")).empty());
+    }
+  };
+  Graph g1;
+  Graph g2;
+  std::thread other([&] { build(g2, 200); });
+  build(g1, 200);
+  other.join();
+  for (Graph* g : {&g1, &g2}) {
+    ASSERT_TRUE(g->status().is_ok()) << g->status().to_string();
+    ASSERT_EQ(g->num_nodes(), 400);
+    EXPECT_THAT(run_one(*g, g->node(399)->output(0)), IsOkAndHolds(TensorEq(Tensor(2))));
+  }
+}
+
 TEST(CallTest, DeclaredOutputShapesAreInferredAndChecked) {
   Graph g;
   ops::CallAttrs attrs;
