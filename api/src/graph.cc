@@ -43,9 +43,9 @@ std::string TargetRef::to_string() const { return node_ != nullptr ? node_->name
 
 // ---- Node ----
 
-const OpDef& Node::op_def() const { return registration_->def; }
-const std::string& Node::op() const { return registration_->def.name(); }
-bool Node::is_stateful() const { return registration_->def.is_stateful(); }
+const OpDef& Node::op_def() const { return proto_->registration->def; }
+const std::string& Node::op() const { return proto_->registration->def.name(); }
+bool Node::is_stateful() const { return proto_->registration->def.is_stateful(); }
 const AttrValue* Node::find_attr(std::string_view name) const {
   auto it = proto_->attrs.find(name);
   return it == proto_->attrs.end() ? nullptr : &it->second;
@@ -313,7 +313,7 @@ Status Graph::append_nodes_from(const Graph& grown) {
         grown.nodes_.size(), have);
   }
   auto same_node = [](const Node& a, const Node& b) {
-    if (a.name_ != b.name_ || a.registration_ != b.registration_ ||
+    if (a.name_ != b.name_ || &a.registration() != &b.registration() ||
         a.num_inputs() != b.num_inputs() ||
         a.control_inputs().size() != b.control_inputs().size()) {
       return false;
@@ -449,8 +449,8 @@ bool mix_attr(std::size_t& h, const AttrValue& v) {
 }
 
 bool same_proto(const graph_internal::NodeProto& a, const graph_internal::NodeProto& b) {
-  return a.output_dtypes == b.output_dtypes && a.output_shapes == b.output_shapes &&
-         a.attrs == b.attrs;
+  return a.registration == b.registration && a.output_dtypes == b.output_dtypes &&
+         a.output_shapes == b.output_shapes && a.attrs == b.attrs;
 }
 
 // The hash of a node's signature (SignatureCache), or false when it is not
@@ -679,7 +679,8 @@ Result<Node*> Graph::add_node_with(NodeSpec& spec, const AttrMap& attrs) {
         return fail(s.with_prefix(ctx.describe()));
       }
     }
-    proto = intern(graph_internal::NodeProto{.attrs = std::move(spec.attrs),
+    proto = intern(graph_internal::NodeProto{.registration = reg,
+                                             .attrs = std::move(spec.attrs),
                                              .output_dtypes = std::move(out_dtypes),
                                              .output_shapes = std::move(out_shapes)});
     if (entry != nullptr) {
@@ -709,7 +710,6 @@ Result<Node*> Graph::add_node_with(NodeSpec& spec, const AttrMap& attrs) {
 
   Node* node = new_node();
   node->graph_ = this;
-  node->registration_ = reg;
   node->id_ = static_cast<int>(nodes_.size());
   node->device_ = device;
   node->name_ = std::move(spec.name);
@@ -725,7 +725,8 @@ Result<Node*> Graph::add_node_with(NodeSpec& spec, const AttrMap& attrs) {
 }
 
 std::shared_ptr<const graph_internal::NodeProto> Graph::intern(graph_internal::NodeProto proto) {
-  std::size_t h = proto.attrs.size();
+  std::size_t h = reinterpret_cast<std::uintptr_t>(proto.registration);
+  mix(h, proto.attrs.size());
   bool internable = true;
   for (const auto& [name, value] : proto.attrs) {
     mix(h, std::hash<std::string>{}(name));

@@ -215,23 +215,29 @@ OpDef call_def(std::string name, bool stateful) {
 
 // The node's kernel factory and the callable it copies into each kernel, in
 // one allocation (a node holds it for the graph's lifetime; clones share it).
+// The `cheap` hint is the factory's choice of kernel, not a field: a field
+// would round the allocation up by 16 bytes.
 template <typename Fn>
 struct CallFactory {
   Fn fn;
-  bool cheap;
   KernelFactory factory;
 };
 
-template <template <bool> class Op, typename Fn>
-std::shared_ptr<const KernelFactory> call_factory(Fn fn, bool cheap) {
+template <template <bool> class Op, bool kCheap, typename Fn>
+std::shared_ptr<const KernelFactory> make_call_factory(Fn fn) {
   auto holder = std::allocate_shared<CallFactory<Fn>>(
-      internal::NodeObjectAllocator<CallFactory<Fn>>(), CallFactory<Fn>{std::move(fn), cheap, {}});
+      internal::NodeObjectAllocator<CallFactory<Fn>>(), CallFactory<Fn>{std::move(fn), {}});
   // One pointer: fits std::function's own storage.
   holder->factory = [h = holder.get()](OpKernelConstruction&) -> Result<std::unique_ptr<OpKernel>> {
-    if (h->cheap) return std::make_unique<Op<true>>(h->fn);
-    return std::make_unique<Op<false>>(h->fn);
+    return std::make_unique<Op<kCheap>>(h->fn);
   };
   return std::shared_ptr<const KernelFactory>(holder, &holder->factory);
+}
+
+template <template <bool> class Op, typename Fn>
+std::shared_ptr<const KernelFactory> call_factory(Fn fn, bool cheap) {
+  return cheap ? make_call_factory<Op, true>(std::move(fn))
+               : make_call_factory<Op, false>(std::move(fn));
 }
 
 // The attributes of the last Call node this thread built, kept: a run of

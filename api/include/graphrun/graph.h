@@ -110,11 +110,12 @@ struct NodeSpec {
 };
 
 namespace graph_internal {
-/// What a node shares with every node of its graph that has equal
-/// attributes and output signature (interned by Graph::add_node; immutable).
-/// Many nodes of one op usually have the same attributes, so a graph keeps
-/// one copy instead of one per node, and a clone shares it.
+/// What a node shares with every node of its graph that has the same op,
+/// equal attributes and output signature (interned by Graph::add_node;
+/// immutable). Many nodes of one op usually have the same attributes, so a
+/// graph keeps one copy instead of one per node, and a clone shares it.
 struct NodeProto {
+  const OpRegistration* registration = nullptr;  ///< the op's registry entry
   AttrMap attrs;
   std::vector<DType> output_dtypes;
   std::vector<Shape> output_shapes;
@@ -195,7 +196,7 @@ class Node {
   /// The op's definition.
   const OpDef& op_def() const;
   /// The op's registry entry (definition and kernel factory).
-  const OpRegistration& registration() const { return *registration_; }
+  const OpRegistration& registration() const { return *proto_->registration; }
 
   /// The data inputs, in the op's order.
   std::span<const Output> inputs() const { return edges_.inputs(); }
@@ -247,7 +248,6 @@ class Node {
   Node(const Node&) = default;
 
   const Graph* graph_ = nullptr;
-  const OpRegistration* registration_ = nullptr;
   int id_ = -1;
   int32_t device_ = -1;  // index into the graph's device strings; -1: none
   std::string name_;
