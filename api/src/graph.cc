@@ -204,8 +204,28 @@ Graph& Graph::operator=(Graph&& other) noexcept {
 Graph::~Graph() = default;
 
 uint32_t Graph::NameIndex::tag_of(std::string_view name) {
-  const std::size_t h = std::hash<std::string_view>{}(name);
-  return static_cast<uint32_t>(h ^ (h >> 32));
+  // Names that differ only in a trailing number ("n41", "n42"; "MatMul_7",
+  // "MatMul_8", as unique names are made) share a hash for each run of 8
+  // numbers and take the 8 slots of one cache line by the number's low
+  // bits: a big graph built in name order touches a line of the index per
+  // 8 nodes instead of one per node. Leading zeros count as digits ("n01"
+  // is not "n1"), and the runs are spread like any other hash.
+  std::size_t digits = 0;
+  while (digits < name.size() && digits < 18 &&
+         static_cast<unsigned>(name[name.size() - 1 - digits] - '0') < 10u) {
+    ++digits;
+  }
+  uint64_t number = 0;
+  for (std::size_t i = name.size() - digits; i < name.size(); ++i) {
+    number = number * 10 + static_cast<uint64_t>(name[i] - '0');
+  }
+  uint64_t h = std::hash<std::string_view>{}(name.substr(0, name.size() - digits));
+  h ^= (digits + 1) * 0x9E3779B97F4A7C15ull + (number >> 3) * 0xBF58476D1CE4E5B9ull;
+  h ^= h >> 31;
+  h *= 0x94D049BB133111EBull;
+  h ^= h >> 29;
+  const auto tag = static_cast<uint32_t>(h ^ (h >> 32));
+  return digits == 0 ? tag : (tag & ~7u) | static_cast<uint32_t>(number & 7);
 }
 
 int Graph::NameIndex::find(std::string_view name, uint32_t tag,
@@ -553,22 +573,31 @@ Result<Node*> Graph::add_node_with(NodeSpec& spec, const AttrMap& attrs) {
     entry = &signatures_->entries[key % SignatureCache::kEntries];
     if (entry->matches(reg, key, spec, attrs)) proto = entry->proto;
   }
+  // The node's unique name, in spec.name once resolved. A node of a known
+  // signature resolves it last, after writing its other fields, so that the
+  // prefetched slot has had time to arrive; messages resolve it first.
   uint32_t name_tag = scoped_tag;
-  if (by_name_.find(scoped_name, scoped_tag, nodes_) < 0) {
-    spec.name = std::move(scoped_name);
-  } else {
-    spec.name = unique_scoped_name(std::move(scoped_name));
-    name_tag = NameIndex::tag_of(spec.name);
-  }
-  const std::string& name = spec.name;
+  bool named = false;
+  auto resolve_name = [&]() -> const std::string& {
+    if (!named) {
+      if (by_name_.find(scoped_name, scoped_tag, nodes_) < 0) {
+        spec.name = std::move(scoped_name);
+      } else {
+        spec.name = unique_scoped_name(std::move(scoped_name));
+        name_tag = NameIndex::tag_of(spec.name);
+      }
+      named = true;
+    }
+    return spec.name;
+  };
   for (const Output& in : spec.inputs) {
     if (&in.node()->graph() != this) {
-      return fail(invalid_argument("node '{}' ({}): input '{}' belongs to another graph", name,
-                                   spec.op, in.name()));
+      return fail(invalid_argument("node '{}' ({}): input '{}' belongs to another graph",
+                                   resolve_name(), spec.op, in.name()));
     }
     if (in.index() < 0 || in.index() >= in.node()->num_outputs()) {
-      return fail(
-          invalid_argument("node '{}' ({}): input '{}' is out of range", name, spec.op, in.name()));
+      return fail(invalid_argument("node '{}' ({}): input '{}' is out of range", resolve_name(),
+                                   spec.op, in.name()));
     }
   }
   for (const Node* dep : spec.control_inputs) {
@@ -576,10 +605,11 @@ Result<Node*> Graph::add_node_with(NodeSpec& spec, const AttrMap& attrs) {
       return fail(
           invalid_argument("node '{}' ({}): a control input is invalid or belongs to "
                            "another graph",
-                           name, spec.op));
+                           resolve_name(), spec.op));
     }
   }
   if (proto == nullptr) {
+    const std::string& name = resolve_name();
     // The checks below fill defaults into spec.attrs.
     if (&attrs != &spec.attrs) spec.attrs = attrs;
     // The attributes as given, for the signature cache.
@@ -697,7 +727,8 @@ Result<Node*> Graph::add_node_with(NodeSpec& spec, const AttrMap& attrs) {
   if (device >= 0) {
     Result<DeviceName> parsed = parse_device(devices_[static_cast<std::size_t>(device)]);
     if (!parsed.is_ok()) {
-      return fail(parsed.status().with_prefix(fmt::format("node '{}' ({})", name, spec.op)));
+      return fail(
+          parsed.status().with_prefix(fmt::format("node '{}' ({})", resolve_name(), spec.op)));
     }
   }
   // Control scope.
@@ -712,10 +743,13 @@ Result<Node*> Graph::add_node_with(NodeSpec& spec, const AttrMap& attrs) {
   node->graph_ = this;
   node->id_ = static_cast<int>(nodes_.size());
   node->device_ = device;
-  node->name_ = std::move(spec.name);
   node->edges_ = graph_internal::Edges(spec.inputs, spec.control_inputs);
   node->proto_ = std::move(proto);
   node->kernel_ = std::move(spec.kernel);
+  // (Should naming throw, the node stays out of nodes_ and the index: an
+  // unused slot of its chunk, destroyed with it.)
+  resolve_name();
+  node->name_ = std::move(spec.name);
   if (nodes_.size() == nodes_.capacity()) {
     internal::reserve_maybe_huge(nodes_, std::max<std::size_t>(16, 2 * nodes_.size()));
   }

@@ -47,6 +47,36 @@ TEST(GraphTest, UniqueNamesTakeTheSmallestFreeSuffix) {
   EXPECT_TRUE(big.status().is_ok());
 }
 
+// Names ending in a number are indexed by that number's runs of 8 (one
+// cache line of the index per run): every such name is still found and
+// made unique, whatever its digits (leading zeros, more than fit a number).
+TEST(GraphTest, NamesEndingInNumbersAreFoundAndMadeUniqueWhateverTheirDigits) {
+  Graph g;
+  std::vector<std::string> asked;
+  for (int i = 0; i < 3000; ++i) asked.push_back(fmt::format("n{}", i));
+  for (int i = 0; i < 100; ++i) asked.push_back(fmt::format("n0{}", i));   // "n00", "n01", ...
+  for (int i = 0; i < 50; ++i) asked.push_back(fmt::format("{}", 7 * i));  // all digits
+  asked.push_back("n12345678901234567890123");
+  asked.push_back("n1234567890123456789012");
+  for (const std::string& name : asked) EXPECT_EQ(ops::NoOp(g, name)->name(), name);
+  // Taken names get the smallest free suffix, which is itself a number.
+  for (int i = 0; i < 40; ++i)
+    EXPECT_EQ(ops::NoOp(g, fmt::format("n{}", i))->name(), fmt::format("n{}_1", i));
+  EXPECT_EQ(ops::NoOp(g, "n12345678901234567890123")->name(), "n12345678901234567890123_1");
+  EXPECT_EQ(ops::NoOp(g, "0")->name(), "0_1");
+  for (int i = 0; i < 20; ++i) ops::NoOp(g, "n7_1");  // "n7_1_1", ...
+  EXPECT_EQ(ops::NoOp(g, "n7_1")->name(), "n7_1_21");
+  ASSERT_TRUE(g.status().is_ok()) << g.status().to_string();
+  // Every node is found under its own name, and only there.
+  for (int id = 0; id < g.num_nodes(); ++id) {
+    const Node* n = g.node(id);
+    ASSERT_EQ(g.find_node(n->name()), n) << n->name();
+  }
+  EXPECT_EQ(g.find_node("n3000"), nullptr);
+  EXPECT_EQ(g.find_node("n000"), nullptr);
+  EXPECT_EQ(g.find_node("n12345678901234567890124"), nullptr);
+}
+
 TEST(GraphTest, UniqueNamesAndScopes) {
   Graph g;
   Output a = ops::Const(g, Tensor(1.0f));
