@@ -203,6 +203,17 @@ Graph& Graph::operator=(Graph&& other) noexcept {
 }
 Graph::~Graph() = default;
 
+namespace {
+
+// Hash mixing (a 64-bit multiply and an xor-shift; collisions only cost a
+// compare).
+void mix(std::size_t& h, std::size_t v) {
+  h = (h ^ v) * 0x9E3779B97F4A7C15ull;
+  h ^= h >> 29;
+}
+
+}  // namespace
+
 uint32_t Graph::NameIndex::tag_of(std::string_view name) {
   // Names that differ only in a trailing number ("n41", "n42"; "MatMul_7",
   // "MatMul_8", as unique names are made) share a hash for each run of 8
@@ -219,11 +230,9 @@ uint32_t Graph::NameIndex::tag_of(std::string_view name) {
   for (std::size_t i = name.size() - digits; i < name.size(); ++i) {
     number = number * 10 + static_cast<uint64_t>(name[i] - '0');
   }
-  uint64_t h = std::hash<std::string_view>{}(name.substr(0, name.size() - digits));
-  h ^= (digits + 1) * 0x9E3779B97F4A7C15ull + (number >> 3) * 0xBF58476D1CE4E5B9ull;
-  h ^= h >> 31;
-  h *= 0x94D049BB133111EBull;
-  h ^= h >> 29;
+  std::size_t h = std::hash<std::string_view>{}(name.substr(0, name.size() - digits));
+  mix(h, digits + 1);
+  mix(h, static_cast<std::size_t>(number >> 3));
   const auto tag = static_cast<uint32_t>(h ^ (h >> 32));
   return digits == 0 ? tag : (tag & ~7u) | static_cast<uint32_t>(number & 7);
 }
@@ -424,13 +433,6 @@ Result<Output> Graph::find_output(std::string_view name) const {
 }
 
 namespace {
-
-// Hash mixing (a 64-bit multiply and an xor-shift; collisions only cost a
-// compare).
-void mix(std::size_t& h, std::size_t v) {
-  h = (h ^ v) * 0x9E3779B97F4A7C15ull;
-  h ^= h >> 29;
-}
 
 void mix_shape(std::size_t& h, const Shape& s) {
   mix(h, static_cast<std::size_t>(s.rank() + 2));
