@@ -224,6 +224,75 @@ TEST_F(SendRecvTest, AMismatchedDtypeOrShapeNamesTheSender) {
   EXPECT_TRUE((*out)[0].equals(Tensor{4.0f, 5.0f}));
 }
 
+// A one-element tensor (any rank of ones) travels as a compact message of
+// its value and a word of dtype, rank and checks: each dtype and rank
+// arrives whole, a Recv of unknown or partly known shape learns it, and
+// a dtype or a shape apart is refused naming the sender, as for others.
+TEST_F(SendRecvTest, OneElementTensorsTravelCompactAndAreCheckedAsOthers) {
+  Graph g;
+  const Tensor values[] = {
+      Tensor(2.5f + static_cast<float>(rank())),
+      Tensor::from_span<int32_t>(Shape{1}, std::vector<int32_t>{-7 - rank()}),
+      Tensor::filled<bool>(Shape{1, 1, 1}, rank() % 2 == 0),
+      Tensor(1e300 / (rank() + 1)),
+      Tensor::filled<int64_t>(Shape{1, 1}, (int64_t{1} << 50) + rank()),
+      Tensor::filled<float>(Shape{1, 1, 1, 1, 1, 1, 1, 1}, -1.0f * static_cast<float>(rank())),
+  };
+  // Half the Recvs know the shape, half learn it.
+  std::vector<Output> in;
+  std::vector<TargetRef> sends;
+  std::vector<TensorRef> received;
+  int k = 0;
+  for (const Tensor& v : values) {
+    const std::string name = fmt::format("one{}", k);
+    in.push_back(ops::Placeholder(g, v.dtype(), v.shape(), name + "_x"));
+    sends.push_back(ops::Send(g, in.back(), next(), name, name + "_send"));
+    received.push_back(ops::Recv(g, v.dtype(), previous(), name,
+                                 k % 2 == 0 ? v.shape() : Shape::unknown(), name + "_recv"));
+    ++k;
+  }
+  ASSERT_THAT(g.status(), IsOk());
+  auto s = session_of(g);
+  FeedList feeds;
+  for (std::size_t i = 0; i < in.size(); ++i) feeds.push_back({in[i], values[i]});
+  auto out = s->run(feeds, received, sends, bounded());
+  ASSERT_THAT(out, IsOk());
+  const int p = previous();
+  const Tensor expected[] = {
+      Tensor(2.5f + static_cast<float>(p)),
+      Tensor::from_span<int32_t>(Shape{1}, std::vector<int32_t>{-7 - p}),
+      Tensor::filled<bool>(Shape{1, 1, 1}, p % 2 == 0),
+      Tensor(1e300 / (p + 1)),
+      Tensor::filled<int64_t>(Shape{1, 1}, (int64_t{1} << 50) + p),
+      Tensor::filled<float>(Shape{1, 1, 1, 1, 1, 1, 1, 1}, -1.0f * static_cast<float>(p)),
+  };
+  for (std::size_t i = 0; i < std::size(expected); ++i) {
+    EXPECT_TRUE((*out)[i].equals(expected[i]))
+        << i << ": " << (*out)[i].shape() << " " << dtype_name((*out)[i].dtype());
+  }
+
+  // Mismatches, each Send in a step of its own (done once MPI has it).
+  Graph h;
+  Output x = ops::Placeholder(h, DType::kFloat32, Shape::unknown(), "x");
+  const Node* send = ops::Send(h, x, next(), "checked");
+  Output as_int = ops::Recv(h, DType::kInt32, previous(), "checked", Shape::unknown(), "as_int");
+  Output as_pair = ops::Recv(h, DType::kFloat32, previous(), "checked", Shape{2}, "as_pair");
+  Output as_row = ops::Recv(h, DType::kFloat32, previous(), "checked", Shape{1, -1}, "as_row");
+  auto t = session_of(h);
+  const std::string sender = "rank " + std::to_string(previous());
+  ASSERT_THAT(t->run({{x, Tensor(1.0f)}}, {}, {send}, bounded()), IsOk());
+  EXPECT_THAT(t->run({}, {as_int}, {}, bounded()),
+              StatusIs(StatusCode::kInvalidArgument, sender + " sent float32"));
+  ASSERT_THAT(t->run({{x, Tensor{1.0f}}}, {}, {send}, bounded()), IsOk());
+  EXPECT_THAT(t->run({}, {as_pair}, {}, bounded()),
+              StatusIs(StatusCode::kInvalidArgument, sender + " sent shape [1]"));
+  ASSERT_THAT(t->run({{x, Tensor::filled<float>(Shape{1, 1}, 4.0f)}}, {}, {send}, bounded()),
+              IsOk());
+  auto row = t->run({}, {as_row}, {}, bounded());
+  ASSERT_THAT(row, IsOk());
+  EXPECT_TRUE((*row)[0].equals(Tensor::filled<float>(Shape{1, 1}, 4.0f)));
+}
+
 TEST_F(SendRecvTest, BadAttributesAreInvalidArgumentNamingTheNode) {
   Graph g;
   Output x = ops::Const(g, Tensor(1.0f), "x");

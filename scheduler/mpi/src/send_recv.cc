@@ -1,7 +1,9 @@
 // MpiSend and MpiRecv: one tensor from one rank to another, as asynchronous
-// kernels over the progress engine. A transfer is a header (dtype, shape,
-// byte size, the tensor name's hash and the invocation) with, for a tensor
-// of at most internal::kInlineBytes, its bytes in the same message; a
+// kernels over the progress engine. A one-element tensor travels as a
+// compact message (a word of dtype, rank and checks, then its value: see
+// wire.h). Any other transfer is a header (dtype, shape, byte size, the
+// tensor name's hash and the invocation) with, for a tensor of at most
+// internal::kInlineBytes, its bytes in the same message; a
 // larger tensor's raw bytes follow as a second message, sent straight from
 // the tensor's buffer and received into a tensor allocated from the header,
 // so MPI copies it once. Both go with the same tag from the same rank, and
@@ -15,6 +17,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -26,6 +29,7 @@ namespace graphrun::mpi {
 namespace {
 
 using internal::Header;
+using internal::kCompactWord;
 using internal::kInlineBytes;
 using internal::Packet;
 
@@ -89,22 +93,33 @@ class SendOp final : public Transfer {
  public:
   SendOp(OpKernelContext& ctx, AsyncOpKernel::Done done, int peer, uint64_t hash,
          uint64_t invocation, int tag, MPI_Comm comm)
-      : Transfer(ctx, std::move(done), peer, tag, comm), input_(ctx.input(0)) {
-    packet_.header = internal::header_of(input_, hash, invocation);
-  }
+      : Transfer(ctx, std::move(done), peer, tag, comm),
+        input_(ctx.input(0)),
+        hash_(hash),
+        invocation_(invocation) {}
 
   bool advance(internal::Round& round) override {
     if (posted_) return finish(Status::ok());
     posted_ = true;
     const std::size_t bytes = input_.byte_size();
     Status s;
-    if (bytes <= kInlineBytes) {
+    if (input_.num_elements() == 1 && kCompactWord + bytes <= internal::kCompactMax) {
+      // The word, then the value.
+      const uint32_t word =
+          internal::compact_word(input_.dtype(), input_.shape().rank(), hash_, invocation_);
+      auto* raw = reinterpret_cast<char*>(&packet_);
+      std::memcpy(raw, &word, kCompactWord);
+      std::memcpy(raw + kCompactWord, input_.raw_data(), bytes);
+      s = round.send(raw, kCompactWord + bytes, peer_, tag_, comm_);
+    } else if (bytes <= kInlineBytes) {
+      packet_.header = internal::header_of(input_, hash_, invocation_);
       if (bytes != 0) std::memcpy(packet_.payload, input_.raw_data(), bytes);
       s = round.send(&packet_, sizeof(Header) + bytes, peer_, tag_, comm_);
     } else {
       // Header and bytes at once: the receiver posts its receive of the
       // bytes as soon as the header is in, and nothing it waits for
       // depends on this round.
+      packet_.header = internal::header_of(input_, hash_, invocation_);
       s = round.send(&packet_.header, sizeof(Header), peer_, tag_, comm_);
       if (s.is_ok()) s = round.send(input_.raw_data(), bytes, peer_, tag_, comm_);
     }
@@ -114,7 +129,9 @@ class SendOp final : public Transfer {
 
  private:
   const Tensor input_;  // keeps the sent bytes alive
-  Packet packet_;
+  const uint64_t hash_;
+  const uint64_t invocation_;
+  Packet packet_;  // a header and inline bytes, or a compact message
   bool posted_ = false;
 };
 
@@ -134,11 +151,14 @@ class RecvOp final : public Transfer {
     switch (stage_) {
       case 0:
         stage_ = 1;
+        // Still there once the message is in: it was a compact one.
+        packet_.header.bytes = internal::kCompactMarker;
         if (Status s = round.recv(&packet_, sizeof(Packet), peer_, tag_, comm_); !s.is_ok()) {
           return finish(std::move(s));
         }
         return false;
       case 1: {
+        if (packet_.header.bytes == internal::kCompactMarker) return received_compact(round);
         if (stale() && packet_.header.bytes < static_cast<uint64_t>(INT32_MAX)) {
           // A transfer no Recv took (its step was stopped after the Send
           // went, or another session's of the same tag): its bytes are
@@ -157,7 +177,7 @@ class RecvOp final : public Transfer {
         }
         stage_ = 2;
         status_ = check_header();
-        if (status_.is_ok()) status_ = allocate();
+        if (status_.is_ok()) status_ = allocate(packet_.header.bytes);
         if (packet_.header.bytes <= kInlineBytes) {
           // The bytes came with the header.
           if (status_.is_ok() && packet_.header.bytes != 0)
@@ -187,6 +207,55 @@ class RecvOp final : public Transfer {
   }
 
  private:
+  // A one-element tensor's word and value came: checked as a header is (a
+  // stale one is dropped, and this Recv waits on); the value is the
+  // tensor's.
+  bool received_compact(internal::Round& round) {
+    const auto* raw = reinterpret_cast<const char*>(&packet_);
+    uint32_t word = 0;
+    std::memcpy(&word, raw, kCompactWord);
+    const internal::CompactWord w = internal::read_compact_word(word);
+    // Bits 10-17 of the invocation, theirs less this Recv's, as a signed
+    // 8-bit difference: the tag already matched bits 0-9.
+    const auto later = static_cast<int8_t>(
+        static_cast<uint8_t>(w.invocation_bits - internal::compact_invocation_bits(invocation_)));
+    if (w.key_check != internal::key_check(hash_) || later < 0) {
+      stage_ = 0;
+      return advance(round);
+    }
+    stage_ = 2;
+    status_ = check_compact(w, later);
+    if (status_.is_ok()) status_ = allocate(dtype_size(dtype_));
+    if (status_.is_ok()) std::memcpy(value_.raw_data(), raw + kCompactWord, value_.byte_size());
+    return finish(produce());
+  }
+
+  Status check_compact(const internal::CompactWord& w, int later) {
+    if (later != 0) {
+      return internal_error(
+          "{}: rank {} sent a later invocation of this tensor (bits 10-17: {}) where this Recv "
+          "waited for invocation {}",
+          *what_, peer_, w.invocation_bits, invocation_);
+    }
+    if (w.dtype != static_cast<int>(dtype_)) {
+      GRAPHRUN_RETURN_IF_ERROR(internal::check_dtype(w.dtype));
+      return invalid_argument("{}: rank {} sent {} where this Recv expects {}", *what_, peer_,
+                              static_cast<DType>(w.dtype), dtype_);
+    }
+    // A shape of w.rank ones.
+    if (shape_.is_fully_defined() && shape_.rank() == w.rank && shape_.num_elements() == 1) {
+      received_ = shape_;
+      return Status::ok();
+    }
+    const std::vector<int64_t> ones(static_cast<std::size_t>(w.rank), 1);
+    GRAPHRUN_ASSIGN_OR_RETURN(received_, Shape::make(std::span<const int64_t>(ones)));
+    if (!received_.is_compatible_with(shape_)) {
+      return invalid_argument("{}: rank {} sent shape {} where this Recv expects {}", *what_, peer_,
+                              received_, shape_);
+    }
+    return Status::ok();
+  }
+
   // The header is of an earlier invocation of this key, or of another key
   // (another session's edge) on the same tag.
   bool stale() const {
@@ -228,12 +297,12 @@ class RecvOp final : public Transfer {
     return true;
   }
 
-  // value_, of the received shape, for the header's bytes.
-  Status allocate() {
+  // value_, of the received shape, for `bytes` bytes.
+  Status allocate(uint64_t bytes) {
     Result<Tensor> t = Tensor::allocate_uninitialized(dtype_, received_);
-    if (t.is_ok() && t->byte_size() != packet_.header.bytes) {
-      t = internal_error("a header of {} bytes for a {} tensor of shape {}", packet_.header.bytes,
-                         dtype_, received_);
+    if (t.is_ok() && t->byte_size() != bytes) {
+      t = internal_error("a header of {} bytes for a {} tensor of shape {}", bytes, dtype_,
+                         received_);
     }
     if (!t.is_ok()) {
       return internal_error("{}: rank {} sent a malformed header: {}", *what_, peer_,

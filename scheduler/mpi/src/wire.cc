@@ -64,16 +64,38 @@ Header header_of(const Tensor& t, uint64_t key_hash, uint64_t invocation) {
   return h;
 }
 
+uint32_t key_check(uint64_t key_hash) {
+  return static_cast<uint32_t>((key_hash ^ (key_hash >> 16) ^ (key_hash >> 32) ^ (key_hash >> 48)) &
+                               0xffffu);
+}
+
+int compact_invocation_bits(uint64_t invocation) {
+  return static_cast<int>((invocation >> kInvocationBits) & 0xffu);
+}
+
+uint32_t compact_word(DType dtype, int rank, uint64_t key_hash, uint64_t invocation) {
+  return (static_cast<uint32_t>(dtype) & 0xfu) | (static_cast<uint32_t>(rank) & 0xfu) << 4 |
+         static_cast<uint32_t>(compact_invocation_bits(invocation)) << 8 |
+         key_check(key_hash) << 16;
+}
+
+CompactWord read_compact_word(uint32_t word) {
+  return CompactWord{static_cast<int>(word & 0xfu), static_cast<int>((word >> 4) & 0xfu),
+                     static_cast<int>((word >> 8) & 0xffu), word >> 16};
+}
+
 Result<Shape> shape_of(const Header& h) {
   if (h.rank < 0 || h.rank > Shape::kMaxRank) return internal_error("a header of rank {}", h.rank);
   return Shape::make(std::span<const int64_t>(h.dims, static_cast<std::size_t>(h.rank)));
 }
 
-Status check_dtype(const Header& h) {
-  const auto d = static_cast<DType>(h.dtype);
+Status check_dtype(const Header& h) { return check_dtype(h.dtype); }
+
+Status check_dtype(int32_t dtype) {
+  const auto d = static_cast<DType>(dtype);
   const bool known = d == DType::kFloat32 || d == DType::kFloat64 || d == DType::kInt32 ||
                      d == DType::kInt64 || d == DType::kBool;
-  if (!known) return internal_error("a header of dtype {}", h.dtype);
+  if (!known) return internal_error("a header of dtype {}", dtype);
   return Status::ok();
 }
 
