@@ -124,6 +124,16 @@ class Engine::Lent final : public WaitHelper {
  public:
   Lent(Engine& engine, Active a) : engine_(engine), a_(std::move(a)) {}
 
+  // A Recv that waits lends one per transfer: from the thread's blocks,
+  // not the heap (it is freed as its kernel ends, before the successors
+  // start).
+  using Blocks = BlockCache<256>;
+  static void* operator new(std::size_t bytes) {
+    GRAPHRUN_CHECK(bytes <= Blocks::kSize);
+    return Blocks::mine().take();
+  }
+  static void operator delete(void* p) { Blocks::mine().give(p); }
+
   bool poll() override {
     switch (engine_.advance_here(a_)) {
       case Here::kOut: return false;
@@ -144,6 +154,7 @@ class Engine::Lent final : public WaitHelper {
 };
 
 void Engine::start(std::unique_ptr<Operation> op, OpKernelContext* ctx) {
+  static_assert(sizeof(Lent) <= Lent::Blocks::kSize);
   if (!multiple_) {
     submit(std::move(op));
     return;
