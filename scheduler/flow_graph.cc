@@ -50,9 +50,10 @@ struct FlowInstance::Waiting final : internal::WaitSink {
   std::condition_variable cv;
   std::vector<int32_t> nodes;  // guarded by mu
   // Ended on the waiting thread itself (a kernel that finished as it
-  // started, or while the thread polled its helper): no lock, no wake-up.
+  // started, or while the thread polled its helper): no lock, no wake-up,
+  // no atomic.
   std::vector<int32_t> own;                  // the waiting thread's only
-  std::atomic<int32_t> count{0};             // nodes.size() + own.size(), read without the lock
+  std::atomic<int32_t> count{0};             // nodes.size(), read without the lock
   std::vector<WaitHelper*> helpers;          // the waiting thread's only
   std::vector<int32_t> ended;                // the waiting thread's only
   std::chrono::nanoseconds spin{kWaitSpin};  // the waiting thread's only
@@ -66,7 +67,6 @@ struct FlowInstance::Waiting final : internal::WaitSink {
     auto* f = static_cast<Waiting*>(self);
     if (mine == f) {
       f->own.push_back(i);
-      f->count.fetch_add(1, std::memory_order_relaxed);  // read on this thread
       return;
     }
     // Under the lock to the end: once it is released, the waiter may go.
@@ -105,14 +105,15 @@ struct FlowInstance::Waiting final : internal::WaitSink {
     // yields between polls: a peer process waiting for this core to
     // answer must not wait for the spin to end.
     bool yielding = false;
-    for (unsigned polls = 1; count.load(std::memory_order_acquire) == 0; ++polls) {
+    auto none = [this] { return own.empty() && count.load(std::memory_order_acquire) == 0; };
+    for (unsigned polls = 1; none(); ++polls) {
       if (helpers.empty()) {
         std::this_thread::yield();
       } else {
         poll_helpers();
         if (yielding) std::this_thread::yield();
       }
-      if (count.load(std::memory_order_acquire) != 0) break;
+      if (!none()) break;
       if (polls % kPollsPerClock != 0) continue;
       const auto now = Clock::now();
       if (spin_from == Clock::time_point{}) {
@@ -128,7 +129,6 @@ struct FlowInstance::Waiting final : internal::WaitSink {
     // `out` is empty; what ended elsewhere waits for the next take().
     if (!own.empty()) {
       out.swap(own);
-      count.fetch_sub(static_cast<int32_t>(out.size()), std::memory_order_relaxed);
       return;
     }
     {

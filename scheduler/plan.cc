@@ -376,6 +376,16 @@ Result<std::shared_ptr<const Plan>> build_plan(const Graph& graph, const Signatu
     plan->fetch_slots.push_back(s);
     plan->slot_readers[static_cast<std::size_t>(s)] = Plan::kKeep;
   }
+  // The last fetch of each slot takes its value; earlier ones copy it.
+  plan->fetch_moves.assign(plan->fetch_slots.size(), 1);
+  {
+    std::vector<uint8_t> later(static_cast<std::size_t>(plan->num_slots), 0);
+    for (std::size_t k = plan->fetch_slots.size(); k-- > 0;) {
+      uint8_t& seen = later[static_cast<std::size_t>(plan->fetch_slots[k])];
+      plan->fetch_moves[k] = seen == 0 ? 1 : 0;
+      seen = 1;
+    }
+  }
   if (sig.partial) add_partial_run_info(*plan, sig, fed, index_of);
   plan->costs = std::make_unique<CostModel>(*plan, sig.inline_nodes, sig.inline_below_cycles);
   return std::shared_ptr<const Plan>(std::move(plan));

@@ -69,6 +69,9 @@ struct Plan {
   std::vector<Shape> feed_shapes;
   std::vector<std::string> feed_names;
   std::vector<int32_t> fetch_slots;  // per signature fetch
+  // Per fetch: no later fetch reads its slot, so the step's end moves the
+  // value out instead of copying it (the slots are cleared next anyway).
+  std::vector<uint8_t> fetch_moves;
   // Per slot: how many node executions read it; a slot is released after its
   // last reader unless kKeep (fetched slots).
   std::vector<int32_t> slot_readers;

@@ -241,7 +241,7 @@ bool RunState::execute_async(int32_t i, AsyncNotify notify, void* arg) noexcept 
   a.index = i;
   // The first call wins; the status reaches finish_async through notify's
   // task submission.
-  AsyncOpKernel::Done done = [slot = &a](Status s) {
+  static constexpr auto end = [](AsyncSlot* slot, Status s) {
     if (slot->done.exchange(true, std::memory_order_acq_rel)) return;
     slot->status = std::move(s);
     slot->notify(slot->arg, slot->index);
@@ -253,9 +253,10 @@ bool RunState::execute_async(int32_t i, AsyncNotify notify, void* arg) noexcept 
                                                                   : ThreadPool::Impl::in_arena);
   AsyncOpKernel* kernel = item.kernel->as_async();
   try {
-    kernel->compute_async(*a.ctx, done);
+    // Moved in (the kernel keeps it); a throw ends the slot directly.
+    kernel->compute_async(*a.ctx, [slot = &a](Status s) { end(slot, std::move(s)); });
   } catch (...) {
-    done(thrown_status());
+    end(&a, thrown_status());
   }
   return true;
 }
@@ -273,7 +274,12 @@ void RunState::finish_async(int32_t i) noexcept {
 
 void RunState::take_fetches(std::span<Tensor> out) {
   for (std::size_t f = 0; f < plan_.fetch_slots.size(); ++f) {
-    out[f] = slots_[static_cast<std::size_t>(plan_.fetch_slots[f])];
+    Tensor& slot = slots_[static_cast<std::size_t>(plan_.fetch_slots[f])];
+    if (plan_.fetch_moves[f] != 0) {
+      out[f] = std::move(slot);
+    } else {
+      out[f] = slot;
+    }
   }
 }
 

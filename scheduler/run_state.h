@@ -88,8 +88,8 @@ class RunState {
   // Keeps the first error and cancels the rest of the step.
   void record_error(Status s);
   Status status();
-  // Moves the fetched slots out (copies for repeated fetches), then clears
-  // every slot so the state can be reused.
+  // Moves each fetched slot's value into `out` (a slot fetched twice is
+  // copied for all but its last fetch); finish() then clears every slot.
   void take_fetches(std::span<Tensor> out);
   void finish();
   // Step statistics of the nodes that ran (tracing only).

@@ -88,6 +88,30 @@ TEST(SessionTest, DuplicateFetchesRepeatTheValue) {
                                                   TensorEq(Tensor(7)))));
 }
 
+// The step's end moves a fetched value out of its slot, copying it for every
+// fetch but the last of that tensor: repeated fetches of a computed and of a
+// fed tensor keep their values over the steps of one Callable, and a fetch
+// never shares the caller's feed's storage with a later step.
+TEST(SessionTest, DuplicateFetchesOfAPreparedCallableKeepTheirValuesEveryStep) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kInt32, Shape{}, "x");
+  Output y = ops::Mul(g, x, ops::Const(g, Tensor(3)), "y");
+  auto s = make_session(g);
+  auto callable = s->make_callable({x}, {y, x, y, x, y}).value();
+  std::vector<Tensor> out(5);
+  for (int step = 1; step <= 3; ++step) {
+    const Tensor feed(step);
+    ASSERT_THAT(callable.run({&feed, 1}, out), IsOk());
+    for (const std::size_t k : {0u, 2u, 4u}) {
+      EXPECT_EQ(out[k].scalar<int32_t>(), 3 * step) << "fetch " << k << ", step " << step;
+    }
+    for (const std::size_t k : {1u, 3u}) {
+      EXPECT_EQ(out[k].scalar<int32_t>(), step) << "fetch " << k << ", step " << step;
+    }
+    EXPECT_EQ(feed.scalar<int32_t>(), step);
+  }
+}
+
 TEST(SessionTest, TargetsRunWithoutFetching) {
   Graph g;
   Output v = ops::Variable(g, Tensor(0), "v");

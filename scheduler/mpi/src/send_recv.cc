@@ -66,47 +66,52 @@ class Transfer : public internal::KernelOperation {
 
 class SendOp final : public Transfer {
  public:
+  // A message of at most kInlineBytes is written into the packet here,
+  // while the input is certainly alive; a larger tensor is kept (its bytes
+  // are sent from its buffer).
   SendOp(OpKernelContext& ctx, AsyncOpKernel::Done done, int peer, uint64_t hash,
          uint64_t invocation, int tag, MPI_Comm comm)
-      : Transfer(ctx, std::move(done), peer, tag, comm),
-        input_(ctx.input(0)),
-        hash_(hash),
-        invocation_(invocation) {}
+      : Transfer(ctx, std::move(done), peer, tag, comm) {
+    const Tensor& input = ctx.input(0);
+    const std::size_t bytes = input.byte_size();
+    auto* raw = reinterpret_cast<char*>(&packet_);
+    if (input.num_elements() == 1 && kCompactWord + bytes <= internal::kCompactMax) {
+      // The word, then the value.
+      const uint32_t word =
+          internal::compact_word(input.dtype(), input.shape().rank(), hash, invocation);
+      std::memcpy(raw, &word, kCompactWord);
+      std::memcpy(raw + kCompactWord, input.raw_data(), bytes);
+      message_bytes_ = kCompactWord + bytes;
+    } else {
+      packet_.header = internal::header_of(input, hash, invocation);
+      if (bytes <= kInlineBytes) {
+        if (bytes != 0) std::memcpy(packet_.payload, input.raw_data(), bytes);
+        message_bytes_ = sizeof(Header) + bytes;
+      } else {
+        large_ = input;
+        message_bytes_ = sizeof(Header);
+      }
+    }
+  }
 
   bool advance(internal::Round& round) override {
     if (posted_) return finish(Status::ok());
     posted_ = true;
-    const std::size_t bytes = input_.byte_size();
-    Status s;
-    if (input_.num_elements() == 1 && kCompactWord + bytes <= internal::kCompactMax) {
-      // The word, then the value.
-      const uint32_t word =
-          internal::compact_word(input_.dtype(), input_.shape().rank(), hash_, invocation_);
-      auto* raw = reinterpret_cast<char*>(&packet_);
-      std::memcpy(raw, &word, kCompactWord);
-      std::memcpy(raw + kCompactWord, input_.raw_data(), bytes);
-      s = round.send(raw, kCompactWord + bytes, peer_, tag_, comm_);
-    } else if (bytes <= kInlineBytes) {
-      packet_.header = internal::header_of(input_, hash_, invocation_);
-      if (bytes != 0) std::memcpy(packet_.payload, input_.raw_data(), bytes);
-      s = round.send(&packet_, sizeof(Header) + bytes, peer_, tag_, comm_);
-    } else {
-      // Header and bytes at once: the receiver posts its receive of the
-      // bytes as soon as the header is in, and nothing it waits for
-      // depends on this round.
-      packet_.header = internal::header_of(input_, hash_, invocation_);
-      s = round.send(&packet_.header, sizeof(Header), peer_, tag_, comm_);
-      if (s.is_ok()) s = round.send(input_.raw_data(), bytes, peer_, tag_, comm_);
+    Status s = round.send(&packet_, message_bytes_, peer_, tag_, comm_);
+    // A large tensor's bytes go at once after their header: the receiver
+    // posts its receive of them as soon as the header is in, and nothing
+    // it waits for depends on this round.
+    if (s.is_ok() && large_.is_initialized()) {
+      s = round.send(large_.raw_data(), large_.byte_size(), peer_, tag_, comm_);
     }
     if (!s.is_ok()) return finish(std::move(s));
     return false;
   }
 
  private:
-  const Tensor input_;  // keeps the sent bytes alive
-  const uint64_t hash_;
-  const uint64_t invocation_;
-  Packet packet_;  // a header and inline bytes, or a compact message
+  Packet packet_;  // a compact message, or a header and any inline bytes
+  std::size_t message_bytes_ = 0;
+  Tensor large_;  // past kInlineBytes: keeps the sent bytes alive
   bool posted_ = false;
 };
 
