@@ -15,6 +15,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <span>
@@ -217,23 +218,9 @@ class RecvOp final : public Transfer {
           "waited for invocation {}",
           *what_, peer_, w.invocation_bits, invocation_);
     }
-    if (w.dtype != static_cast<int>(dtype_)) {
-      GRAPHRUN_RETURN_IF_ERROR(internal::check_dtype(w.dtype));
-      return invalid_argument("{}: rank {} sent {} where this Recv expects {}", *what_, peer_,
-                              static_cast<DType>(w.dtype), dtype_);
-    }
-    // A shape of w.rank ones.
-    if (shape_->is_fully_defined() && shape_->rank() == w.rank && shape_->num_elements() == 1) {
-      received_ = *shape_;
-      return Status::ok();
-    }
-    const std::vector<int64_t> ones(static_cast<std::size_t>(w.rank), 1);
-    GRAPHRUN_ASSIGN_OR_RETURN(received_, Shape::make(std::span<const int64_t>(ones)));
-    if (!received_.is_compatible_with(*shape_)) {
-      return invalid_argument("{}: rank {} sent shape {} where this Recv expects {}", *what_, peer_,
-                              received_, *shape_);
-    }
-    return Status::ok();
+    std::array<int64_t, Shape::kMaxRank> ones;
+    ones.fill(1);  // a shape of w.rank ones
+    return check_received(w.dtype, w.rank, ones.data());
   }
 
   // The header is of an earlier invocation of this key, or of another key
@@ -249,30 +236,40 @@ class RecvOp final : public Transfer {
           "waited for invocation {} (name hash {:x})",
           *what_, peer_, packet_.header.invocation, packet_.header.key_hash, invocation_, hash_);
     }
-    if (packet_.header.dtype != static_cast<int32_t>(dtype_)) {
-      GRAPHRUN_RETURN_IF_ERROR(internal::check_dtype(packet_.header));
+    return check_received(packet_.header.dtype, packet_.header.rank, packet_.header.dims);
+  }
+
+  // The dtype and shape (`rank` dimensions `dims`) a message announced,
+  // against this Recv's; received_ is the shape of the tensor to make.
+  Status check_received(int32_t dtype, int rank, const int64_t* dims) {
+    if (dtype != static_cast<int32_t>(dtype_)) {
+      GRAPHRUN_RETURN_IF_ERROR(internal::check_dtype(dtype));
       return invalid_argument("{}: rank {} sent {} where this Recv expects {}", *what_, peer_,
-                              static_cast<DType>(packet_.header.dtype), dtype_);
+                              static_cast<DType>(dtype), dtype_);
     }
-    if (expected()) {
+    if (rank < 0 || rank > Shape::kMaxRank) {
+      return internal_error("{}: rank {} sent a malformed header: a shape of rank {}", *what_,
+                            peer_, rank);
+    }
+    if (expected(rank, dims)) {
       received_ = *shape_;
-    } else {
-      GRAPHRUN_ASSIGN_OR_RETURN(received_, internal::shape_of(packet_.header));
-      if (!received_.is_compatible_with(*shape_)) {
-        return invalid_argument("{}: rank {} sent shape {} where this Recv expects {}", *what_,
-                                peer_, received_, *shape_);
-      }
+      return Status::ok();
+    }
+    GRAPHRUN_ASSIGN_OR_RETURN(
+        received_, Shape::make(std::span<const int64_t>(dims, static_cast<std::size_t>(rank))));
+    if (!received_.is_compatible_with(*shape_)) {
+      return invalid_argument("{}: rank {} sent shape {} where this Recv expects {}", *what_, peer_,
+                              received_, *shape_);
     }
     return Status::ok();
   }
 
-  // The header's shape is the Recv's own, fully defined one (the common
+  // The announced shape is the Recv's own, fully defined one (the common
   // case: no shape to build and check).
-  bool expected() const {
-    const Header& h = packet_.header;
-    if (!shape_->is_fully_defined() || h.rank != shape_->rank()) return false;
-    for (int i = 0; i < h.rank; ++i) {
-      if (h.dims[i] != shape_->dim(i)) return false;
+  bool expected(int rank, const int64_t* dims) const {
+    if (rank != shape_->rank()) return false;
+    for (int i = 0; i < rank; ++i) {
+      if (dims[i] < 0 || dims[i] != shape_->dim(i)) return false;
     }
     return true;
   }
