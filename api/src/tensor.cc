@@ -27,18 +27,6 @@ std::string_view dtype_name(DType dtype) {
   return "invalid";
 }
 
-std::size_t dtype_size(DType dtype) {
-  switch (dtype) {
-    case DType::kFloat32: return 4;
-    case DType::kFloat64: return 8;
-    case DType::kInt32: return 4;
-    case DType::kInt64: return 8;
-    case DType::kBool: return 1;
-    case DType::kInvalid: break;
-  }
-  return 0;
-}
-
 DType dtype_from_name(std::string_view name) {
   if (name == "float32" || name == "float") return DType::kFloat32;
   if (name == "float64" || name == "double") return DType::kFloat64;
@@ -139,7 +127,8 @@ struct alignas(64) TensorBuffer {
 
   static TensorBuffer* create(std::size_t bytes, bool zero) {
     ++allocated_by_this_thread;
-    auto* b = new (allocate(sizeof(TensorBuffer) + bytes)) TensorBuffer;
+    void* mem = bytes <= kSmallBytes ? take_small() : allocate(sizeof(TensorBuffer) + bytes);
+    auto* b = new (mem) TensorBuffer;
     b->bytes = bytes;
     if (zero && bytes > 0) std::memset(b->data(), 0, bytes);
     return b;
@@ -149,14 +138,72 @@ struct alignas(64) TensorBuffer {
   }  // relaxed: a new ref comes from an existing one
   void unref() {
     if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      const bool small = bytes <= kSmallBytes;
       this->~TensorBuffer();
-      deallocate(this);
+      if (small) {
+        give_small(this);
+      } else {
+        deallocate(this);
+      }
     }
   }
 
   static thread_local int64_t allocated_by_this_thread;
 
  private:
+  // Buffers of at most kSmallBytes (a scalar's, a short vector's: made and
+  // dropped in every step of a small graph) are all of one block size, and
+  // a few freed blocks are kept per thread for the next ones: no allocator
+  // call. A block freed on another thread goes to that thread's blocks.
+  // Not under AddressSanitizer, which must see each buffer's end.
+  static constexpr std::size_t kSmallBytes = 64;
+  static constexpr std::size_t kKeptSmall = 8;
+  struct SmallBlocks {
+    void* blocks[kKeptSmall];
+    std::size_t count;
+    bool registered;  // the thread's flush at exit is set up
+    bool gone;        // the thread is ending: blocks go back at once
+  };
+  static constinit thread_local SmallBlocks small_blocks;
+  // At the thread's end, its kept blocks go back to the allocator.
+  struct SmallFlush {
+    ~SmallFlush() {
+      SmallBlocks& mine = small_blocks;
+      for (std::size_t i = 0; i < mine.count; ++i) deallocate(mine.blocks[i]);
+      mine.count = 0;
+      mine.gone = true;
+    }
+  };
+  static void* take_small() {
+    SmallBlocks& mine = small_blocks;
+    if (kCacheSmall && mine.count > 0) return mine.blocks[--mine.count];
+    return allocate(sizeof(TensorBuffer) + kSmallBytes);
+  }
+  static void give_small(void* mem) {
+    SmallBlocks& mine = small_blocks;
+    if (!kCacheSmall || mine.gone || mine.count == kKeptSmall) {
+      deallocate(mem);
+      return;
+    }
+    if (!mine.registered) {
+      mine.registered = true;
+      static thread_local SmallFlush flush;
+      static_cast<void>(flush);
+    }
+    mine.blocks[mine.count++] = mem;
+  }
+#if defined(__SANITIZE_ADDRESS__)
+  static constexpr bool kCacheSmall = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+  static constexpr bool kCacheSmall = false;
+#else
+  static constexpr bool kCacheSmall = true;
+#endif
+#else
+  static constexpr bool kCacheSmall = true;
+#endif
+
   // 64-byte aligned memory (header, then data).
   static void* allocate(std::size_t n) {
 #if GRAPHRUN_TBBMALLOC
@@ -178,12 +225,18 @@ struct alignas(64) TensorBuffer {
 static_assert(sizeof(TensorBuffer) == 64);
 
 thread_local int64_t TensorBuffer::allocated_by_this_thread = 0;
+constinit thread_local TensorBuffer::SmallBlocks TensorBuffer::small_blocks{};
 
 int64_t tensor_buffers_allocated_by_this_thread() { return TensorBuffer::allocated_by_this_thread; }
+void ref_tensor_buffer(TensorBuffer* b) noexcept { b->ref(); }
+void unref_tensor_buffer(TensorBuffer* b) noexcept { b->unref(); }
+static_assert(sizeof(TensorBuffer) == kTensorBufferHeader);
 }  // namespace internal
 
 namespace {
-Result<std::size_t> checked_bytes(DType dtype, const Shape& shape) {
+// The byte size of a `dtype` tensor of `shape`, its element count in
+// `elements`.
+Result<std::size_t> checked_bytes(DType dtype, const Shape& shape, int64_t& elements) {
   if (dtype == DType::kInvalid)
     return invalid_argument("cannot allocate a tensor of invalid dtype");
   if (!shape.is_fully_defined()) {
@@ -199,6 +252,7 @@ Result<std::size_t> checked_bytes(DType dtype, const Shape& shape) {
     }
     bytes *= d;
   }
+  elements = bytes / size;
   return static_cast<std::size_t>(bytes);
 }
 }  // namespace
@@ -210,7 +264,8 @@ Tensor::Tensor(DType dtype, const Shape& shape) {
 }
 
 Result<Tensor> Tensor::allocate_storage(DType dtype, const Shape& shape, bool zero) {
-  GRAPHRUN_ASSIGN_OR_RETURN(std::size_t bytes, checked_bytes(dtype, shape));
+  int64_t elements = 0;
+  GRAPHRUN_ASSIGN_OR_RETURN(std::size_t bytes, checked_bytes(dtype, shape, elements));
   Tensor t;
   try {
     t.buffer_ = bytes == 0 ? nullptr : internal::TensorBuffer::create(bytes, zero);
@@ -220,7 +275,7 @@ Result<Tensor> Tensor::allocate_storage(DType dtype, const Shape& shape, bool ze
   }
   t.dtype_ = dtype;
   t.shape_ = shape;
-  t.num_elements_ = shape.num_elements();
+  t.num_elements_ = elements;
   return t;
 }
 
@@ -239,59 +294,6 @@ Tensor Tensor::from_bytes(DType dtype, const Shape& shape, const void* data, std
   if (bytes > 0) std::memcpy(t->raw_data(), data, bytes);
   return std::move(*t);
 }
-
-Tensor::Tensor(const Tensor& other) noexcept
-    : buffer_(other.buffer_),
-      dtype_(other.dtype_),
-      shape_(other.shape_),
-      num_elements_(other.num_elements_) {
-  if (buffer_ != nullptr) buffer_->ref();
-}
-
-Tensor::Tensor(Tensor&& other) noexcept
-    : buffer_(other.buffer_),
-      dtype_(other.dtype_),
-      shape_(other.shape_),
-      num_elements_(other.num_elements_) {
-  other.buffer_ = nullptr;
-  other.dtype_ = DType::kInvalid;
-  other.shape_ = Shape();
-  other.num_elements_ = 0;
-}
-
-Tensor& Tensor::operator=(const Tensor& other) noexcept {
-  if (this != &other) {
-    if (other.buffer_ != nullptr) other.buffer_->ref();
-    if (buffer_ != nullptr) buffer_->unref();
-    buffer_ = other.buffer_;
-    dtype_ = other.dtype_;
-    shape_ = other.shape_;
-    num_elements_ = other.num_elements_;
-  }
-  return *this;
-}
-
-Tensor& Tensor::operator=(Tensor&& other) noexcept {
-  if (this != &other) {
-    if (buffer_ != nullptr) buffer_->unref();
-    buffer_ = other.buffer_;
-    dtype_ = other.dtype_;
-    shape_ = other.shape_;
-    num_elements_ = other.num_elements_;
-    other.buffer_ = nullptr;
-    other.dtype_ = DType::kInvalid;
-    other.shape_ = Shape();
-    other.num_elements_ = 0;
-  }
-  return *this;
-}
-
-Tensor::~Tensor() {
-  if (buffer_ != nullptr) buffer_->unref();
-}
-
-void* Tensor::raw_data() { return buffer_ == nullptr ? nullptr : buffer_->data(); }
-const void* Tensor::raw_data() const { return buffer_ == nullptr ? nullptr : buffer_->data(); }
 
 void Tensor::check_type(DType requested) const {
   if (requested != dtype_) {

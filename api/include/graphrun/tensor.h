@@ -46,7 +46,17 @@ enum class DType : uint8_t {
 /// "float32", "float64", "int32", "int64", "bool", "invalid".
 std::string_view dtype_name(DType dtype);
 /// Bytes per element; 0 for kInvalid.
-std::size_t dtype_size(DType dtype);
+constexpr std::size_t dtype_size(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32: return 4;
+    case DType::kFloat64: return 8;
+    case DType::kInt32: return 4;
+    case DType::kInt64: return 8;
+    case DType::kBool: return 1;
+    case DType::kInvalid: break;
+  }
+  return 0;
+}
 /// Parses the names above (and TF's "float", "double"); kInvalid when unknown.
 DType dtype_from_name(std::string_view name);
 
@@ -147,6 +157,11 @@ namespace internal {
 struct TensorBuffer;
 // Tensor buffers the calling thread has allocated so far (allocation tests).
 int64_t tensor_buffers_allocated_by_this_thread();
+// A buffer's reference count, up and down (the last down frees it).
+void ref_tensor_buffer(TensorBuffer* b) noexcept;
+void unref_tensor_buffer(TensorBuffer* b) noexcept;
+// A buffer's elements follow its header of this size.
+inline constexpr std::size_t kTensorBufferHeader = 64;
 }  // namespace internal
 
 /// A typed, shaped, reference-counted view of a 64-byte aligned buffer.
@@ -241,8 +256,16 @@ class Tensor {
   ///@{
   /// The first element's address (64-byte aligned), untyped; null for an
   /// empty tensor.
-  void* raw_data();
-  const void* raw_data() const;
+  void* raw_data() {
+    return buffer_ == nullptr
+               ? nullptr
+               : reinterpret_cast<std::byte*>(buffer_) + internal::kTensorBufferHeader;
+  }
+  const void* raw_data() const {
+    return buffer_ == nullptr
+               ? nullptr
+               : reinterpret_cast<const std::byte*>(buffer_) + internal::kTensorBufferHeader;
+  }
   ///@}
 
   ///@{
@@ -315,6 +338,60 @@ void PrintTo(const Shape& s, std::ostream* os);
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 std::ostream& operator<<(std::ostream& os, const Shape& s);
 ///@}
+
+// Copies, moves and the destructor are inline: a step moves tensors from
+// slot to slot many times.
+inline Tensor::Tensor(const Tensor& other) noexcept
+    : buffer_(other.buffer_),
+      dtype_(other.dtype_),
+      shape_(other.shape_),
+      num_elements_(other.num_elements_) {
+  if (buffer_ != nullptr) internal::ref_tensor_buffer(buffer_);
+}
+
+inline Tensor::Tensor(Tensor&& other) noexcept
+    : buffer_(other.buffer_),
+      dtype_(other.dtype_),
+      shape_(other.shape_),
+      num_elements_(other.num_elements_) {
+  other.buffer_ = nullptr;
+  other.dtype_ = DType::kInvalid;
+  other.shape_ = Shape();
+  other.num_elements_ = 0;
+}
+
+inline Tensor& Tensor::operator=(const Tensor& other) noexcept {
+  if (this != &other) {
+    if (other.buffer_ != nullptr) internal::ref_tensor_buffer(other.buffer_);
+    internal::TensorBuffer* old = buffer_;
+    buffer_ = other.buffer_;
+    dtype_ = other.dtype_;
+    shape_ = other.shape_;
+    num_elements_ = other.num_elements_;
+    if (old != nullptr) internal::unref_tensor_buffer(old);
+  }
+  return *this;
+}
+
+inline Tensor& Tensor::operator=(Tensor&& other) noexcept {
+  if (this != &other) {
+    internal::TensorBuffer* old = buffer_;
+    buffer_ = other.buffer_;
+    dtype_ = other.dtype_;
+    shape_ = other.shape_;
+    num_elements_ = other.num_elements_;
+    other.buffer_ = nullptr;
+    other.dtype_ = DType::kInvalid;
+    other.shape_ = Shape();
+    other.num_elements_ = 0;
+    if (old != nullptr) internal::unref_tensor_buffer(old);
+  }
+  return *this;
+}
+
+inline Tensor::~Tensor() {
+  if (buffer_ != nullptr) internal::unref_tensor_buffer(buffer_);
+}
 
 template <typename T>
 Tensor Tensor::from_span(const Shape& shape, std::span<const T> values) {
