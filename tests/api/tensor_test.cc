@@ -2,7 +2,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <iterator>
 #include <limits>
+#include <thread>
+#include <vector>
 
 namespace graphrun {
 namespace {
@@ -101,6 +104,39 @@ TEST(TensorTest, CopiesShareTheBufferDeepCopiesDoNot) {
   Tensor moved = std::move(b);
   EXPECT_FALSE(b.is_initialized());  // NOLINT(bugprone-use-after-move): moved-from is empty
   EXPECT_TRUE(moved.shares_buffer_with(a));
+}
+
+// Small buffers (up to 64 bytes) are reused from blocks kept per thread:
+// a reused block is zeroed for allocate(), aligned, never shared by two
+// live tensors, and a block dropped on another thread (which then ends)
+// is not lost to this one's tensors.
+TEST(TensorTest, SmallBuffersAreReusedZeroedAndNeverShared) {
+  for (int round = 0; round < 3; ++round) {
+    std::vector<Tensor> live;
+    for (int i = 0; i < 24; ++i) {
+      const int64_t n = 1 + i % 16;  // 4 to 64 bytes
+      Result<Tensor> t = Tensor::allocate(DType::kFloat32, Shape{n});
+      ASSERT_TRUE(t.is_ok());
+      for (float v : t->flat<float>()) ASSERT_EQ(v, 0.0f) << "round " << round << " tensor " << i;
+      EXPECT_EQ(reinterpret_cast<std::uintptr_t>(t->raw_data()) % 64, 0u);
+      for (float& v : t->flat<float>()) v = static_cast<float>(round * 100 + i);
+      live.push_back(std::move(*t));
+    }
+    for (std::size_t i = 0; i < live.size(); ++i) {
+      for (std::size_t j = i + 1; j < live.size(); ++j) {
+        ASSERT_NE(live[i].raw_data(), live[j].raw_data()) << i << " and " << j;
+      }
+      for (float v : live[i].flat<float>()) {
+        ASSERT_EQ(v, static_cast<float>(round * 100 + static_cast<int>(i)));
+      }
+    }
+    // Half are dropped here, half on a thread that ends right after.
+    std::vector<Tensor> elsewhere(std::make_move_iterator(live.begin() + 12),
+                                  std::make_move_iterator(live.end()));
+    live.resize(12);
+    std::thread([moved = std::move(elsewhere)]() mutable { moved.clear(); }).join();
+    live.clear();
+  }
 }
 
 TEST(TensorTest, Reshaped) {
