@@ -181,9 +181,16 @@ void Engine::start(std::unique_ptr<Operation> op, OpKernelContext* ctx) {
 
 Status Engine::test(Round& round, bool& done) {
   int flag = 0;
+  // One request (most rounds): MPI_Test, which in Open MPI tests again
+  // after the progress it makes, so that a message the progress brought in
+  // is seen in this call; MPI_Testall makes progress only after its test,
+  // and the message would wait for the next poll.
+  const bool one = round.size() == 1;
   const int rc =
-      MPI_Testall(static_cast<int>(round.size()), round.requests(), &flag, MPI_STATUSES_IGNORE);
-  if (rc != MPI_SUCCESS) return mpi_error(rc, "MPI_Testall");
+      one ? MPI_Test(round.requests(), &flag, MPI_STATUS_IGNORE)
+          : MPI_Testall(static_cast<int>(round.size()), round.requests(), &flag,
+                        MPI_STATUSES_IGNORE);
+  if (rc != MPI_SUCCESS) return mpi_error(rc, one ? "MPI_Test" : "MPI_Testall");
   done = flag != 0;
   return Status::ok();
 }
