@@ -186,10 +186,9 @@ Status Engine::test(Round& round, bool& done) {
   // is seen in this call; MPI_Testall makes progress only after its test,
   // and the message would wait for the next poll.
   const bool one = round.size() == 1;
-  const int rc =
-      one ? MPI_Test(round.requests(), &flag, MPI_STATUS_IGNORE)
-          : MPI_Testall(static_cast<int>(round.size()), round.requests(), &flag,
-                        MPI_STATUSES_IGNORE);
+  const int rc = one ? MPI_Test(round.requests(), &flag, MPI_STATUS_IGNORE)
+                     : MPI_Testall(static_cast<int>(round.size()), round.requests(), &flag,
+                                   MPI_STATUSES_IGNORE);
   if (rc != MPI_SUCCESS) return mpi_error(rc, one ? "MPI_Test" : "MPI_Testall");
   done = flag != 0;
   return Status::ok();

@@ -6,16 +6,6 @@
 
 namespace graphrun::mpi::internal {
 
-namespace {
-int key_id(uint64_t hash) {
-  return static_cast<int>((hash ^ (hash >> 32)) & ((uint64_t{1} << (kKeyBits - 1)) - 1));
-}
-
-int low_bits(uint64_t invocation) {
-  return static_cast<int>(invocation & ((uint64_t{1} << kInvocationBits) - 1));
-}
-}  // namespace
-
 uint64_t hash_key(std::string_view key) {
   uint64_t h = 1469598103934665603ull;
   for (const char c : key) {
@@ -23,14 +13,6 @@ uint64_t hash_key(std::string_view key) {
     h *= 1099511628211ull;
   }
   return h;
-}
-
-int tag_of(uint64_t hash, uint64_t invocation) {
-  return key_id(hash) << kInvocationBits | low_bits(invocation);
-}
-
-int edge_tag(int edge, uint64_t step) {
-  return (kMaxEdges + edge) << kInvocationBits | low_bits(step);
 }
 
 Status claim_key_id(const std::string& key, uint64_t hash, std::string_view what) {
@@ -62,26 +44,6 @@ Header header_of(const Tensor& t, uint64_t key_hash, uint64_t invocation) {
   for (int i = 0; i < h.rank; ++i) h.dims[i] = t.shape().dim(i);
   h.bytes = t.byte_size();
   return h;
-}
-
-uint32_t key_check(uint64_t key_hash) {
-  return static_cast<uint32_t>((key_hash ^ (key_hash >> 16) ^ (key_hash >> 32) ^ (key_hash >> 48)) &
-                               0xffffu);
-}
-
-int compact_invocation_bits(uint64_t invocation) {
-  return static_cast<int>((invocation >> kInvocationBits) & 0xffu);
-}
-
-uint32_t compact_word(DType dtype, int rank, uint64_t key_hash, uint64_t invocation) {
-  return (static_cast<uint32_t>(dtype) & 0xfu) | (static_cast<uint32_t>(rank) & 0xfu) << 4 |
-         static_cast<uint32_t>(compact_invocation_bits(invocation)) << 8 |
-         key_check(key_hash) << 16;
-}
-
-CompactWord read_compact_word(uint32_t word) {
-  return CompactWord{static_cast<int>(word & 0xfu), static_cast<int>((word >> 4) & 0xfu),
-                     static_cast<int>((word >> 8) & 0xffu), word >> 16};
 }
 
 Result<Shape> shape_of(const Header& h) {

@@ -27,11 +27,23 @@ inline constexpr int kMaxEdges = 1 << (kKeyBits - 1);
 // FNV-1a of `key`.
 uint64_t hash_key(std::string_view key);
 
+// A hashed key's id (its tag's upper bits), and an invocation's lower
+// bits (the tag's lower bits).
+inline int key_id(uint64_t hash) {
+  return static_cast<int>((hash ^ (hash >> 32)) & ((uint64_t{1} << (kKeyBits - 1)) - 1));
+}
+inline int low_bits(uint64_t invocation) {
+  return static_cast<int>(invocation & ((uint64_t{1} << kInvocationBits) - 1));
+}
 // The tag of invocation `invocation` of the key hashed `hash`.
-int tag_of(uint64_t hash, uint64_t invocation);
+inline int tag_of(uint64_t hash, uint64_t invocation) {
+  return key_id(hash) << kInvocationBits | low_bits(invocation);
+}
 
 // The tag of cross-rank edge `edge` (< kMaxEdges) in step `step`.
-int edge_tag(int edge, uint64_t step);
+inline int edge_tag(int edge, uint64_t step) {
+  return (kMaxEdges + edge) << kInvocationBits | low_bits(step);
+}
 
 // Two keys of one process on the same tag bits would mix their messages:
 // the second key to claim an id is refused (InvalidArgument naming both).
@@ -74,18 +86,30 @@ static_assert(offsetof(Packet, payload) == sizeof(Header));
 inline constexpr std::size_t kCompactWord = sizeof(uint32_t);
 inline constexpr std::size_t kCompactMax = kCompactWord + 8;
 static_assert(static_cast<int>(DType::kBool) < 16 && Shape::kMaxRank < 16);
-uint32_t compact_word(DType dtype, int rank, uint64_t key_hash, uint64_t invocation);
 struct CompactWord {
   int dtype = 0;
   int rank = 0;
   int invocation_bits = 0;  // bits 10-17 of the invocation
   uint32_t key_check = 0;
 };
-CompactWord read_compact_word(uint32_t word);
 // The 16-bit check of a key's hash, and the invocation's bits the word
 // carries.
-uint32_t key_check(uint64_t key_hash);
-int compact_invocation_bits(uint64_t invocation);
+inline uint32_t key_check(uint64_t key_hash) {
+  return static_cast<uint32_t>((key_hash ^ (key_hash >> 16) ^ (key_hash >> 32) ^ (key_hash >> 48)) &
+                               0xffffu);
+}
+inline int compact_invocation_bits(uint64_t invocation) {
+  return static_cast<int>((invocation >> kInvocationBits) & 0xffu);
+}
+inline uint32_t compact_word(DType dtype, int rank, uint64_t key_hash, uint64_t invocation) {
+  return (static_cast<uint32_t>(dtype) & 0xfu) | (static_cast<uint32_t>(rank) & 0xfu) << 4 |
+         static_cast<uint32_t>(compact_invocation_bits(invocation)) << 8 |
+         key_check(key_hash) << 16;
+}
+inline CompactWord read_compact_word(uint32_t word) {
+  return CompactWord{static_cast<int>(word & 0xfu), static_cast<int>((word >> 4) & 0xfu),
+                     static_cast<int>((word >> 8) & 0xffu), word >> 16};
+}
 // A receive's Packet whose header.bytes still holds this after the message
 // came received a compact message (MPI leaves the bytes past a message
 // untouched; a header's byte count is never this).
