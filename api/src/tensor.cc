@@ -127,7 +127,8 @@ struct alignas(64) TensorBuffer {
 
   static TensorBuffer* create(std::size_t bytes, bool zero) {
     ++allocated_by_this_thread;
-    void* mem = bytes <= kSmallBytes ? take_small() : allocate(sizeof(TensorBuffer) + bytes);
+    void* mem =
+        kCacheSmall && bytes <= kSmallBytes ? take_small() : allocate(sizeof(TensorBuffer) + bytes);
     auto* b = new (mem) TensorBuffer;
     b->bytes = bytes;
     if (zero && bytes > 0) std::memset(b->data(), 0, bytes);
@@ -138,7 +139,7 @@ struct alignas(64) TensorBuffer {
   }  // relaxed: a new ref comes from an existing one
   void unref() {
     if (refs.fetch_sub(1, std::memory_order_acq_rel) == 1) {
-      const bool small = bytes <= kSmallBytes;
+      const bool small = kCacheSmall && bytes <= kSmallBytes;
       this->~TensorBuffer();
       if (small) {
         give_small(this);
@@ -155,7 +156,10 @@ struct alignas(64) TensorBuffer {
   // dropped in every step of a small graph) are all of one block size, and
   // a few freed blocks are kept per thread for the next ones: no allocator
   // call. A block freed on another thread goes to that thread's blocks.
-  // Not under AddressSanitizer, which must see each buffer's end.
+  // With tbbmalloc only: builds without it (the sanitizers' builds) make
+  // every buffer with operator new, at its exact size, so that the
+  // sanitizers see each buffer and its end, and the allocation tests count
+  // one operator new per buffer.
   static constexpr std::size_t kSmallBytes = 64;
   static constexpr std::size_t kKeptSmall = 8;
   struct SmallBlocks {
@@ -176,12 +180,12 @@ struct alignas(64) TensorBuffer {
   };
   static void* take_small() {
     SmallBlocks& mine = small_blocks;
-    if (kCacheSmall && mine.count > 0) return mine.blocks[--mine.count];
+    if (mine.count > 0) return mine.blocks[--mine.count];
     return allocate(sizeof(TensorBuffer) + kSmallBytes);
   }
   static void give_small(void* mem) {
     SmallBlocks& mine = small_blocks;
-    if (!kCacheSmall || mine.gone || mine.count == kKeptSmall) {
+    if (mine.gone || mine.count == kKeptSmall) {
       deallocate(mem);
       return;
     }
@@ -192,10 +196,10 @@ struct alignas(64) TensorBuffer {
     }
     mine.blocks[mine.count++] = mem;
   }
-#if defined(__SANITIZE_ADDRESS__)
+#if !GRAPHRUN_TBBMALLOC || defined(__SANITIZE_ADDRESS__)
   static constexpr bool kCacheSmall = false;
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
   static constexpr bool kCacheSmall = false;
 #else
   static constexpr bool kCacheSmall = true;
