@@ -13,6 +13,8 @@
 #include <ostream>
 #include <vector>
 
+#include "api/src/block_cache.h"
+
 namespace graphrun {
 
 std::string_view dtype_name(DType dtype) {
@@ -119,6 +121,54 @@ bool operator==(const Shape& a, const Shape& b) {
 // ---- TensorBuffer: one allocation, header then 64-byte aligned data ----
 
 namespace internal {
+namespace {
+// 64-byte aligned memory (header, then data).
+struct BufferMemory {
+  static void* allocate(std::size_t n) {
+#if GRAPHRUN_TBBMALLOC
+    void* mem = scalable_aligned_malloc(n, 64);
+    if (mem == nullptr) throw std::bad_alloc();
+    return mem;
+#else
+    return ::operator new (n, std::align_val_t{64});
+#endif
+  }
+  template <std::size_t kBlock>
+  static void* allocate() {
+    return allocate(kBlock);
+  }
+  static void deallocate(void* mem) {
+#if GRAPHRUN_TBBMALLOC
+    scalable_aligned_free(mem);
+#else
+    ::operator delete (mem, std::align_val_t{64});
+#endif
+  }
+};
+
+// Buffers of at most kSmallBytes (a scalar's, a short vector's: made and
+// dropped in every step of a small graph) are all of one block size, and a
+// few freed blocks are kept per thread for the next ones.
+// With tbbmalloc only: builds without it (the sanitizers' builds) make
+// every buffer with operator new, at its exact size, so that the
+// sanitizers see each buffer and its end, and the allocation tests count
+// one operator new per buffer. The sanitizer checks below matter only for
+// a build that asks for tbbmalloc and a sanitizer together.
+constexpr std::size_t kSmallBytes = 64;
+#if !GRAPHRUN_TBBMALLOC || defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool kCacheSmall = false;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
+constexpr bool kCacheSmall = false;
+#else
+constexpr bool kCacheSmall = true;
+#endif
+#else
+constexpr bool kCacheSmall = true;
+#endif
+using SmallBlocks = BlockCache<kTensorBufferHeader + kSmallBytes, 8, BufferMemory>;
+}  // namespace
+
 struct alignas(64) TensorBuffer {
   std::atomic<int64_t> refs{1};
   std::size_t bytes = 0;
@@ -127,8 +177,9 @@ struct alignas(64) TensorBuffer {
 
   static TensorBuffer* create(std::size_t bytes, bool zero) {
     ++allocated_by_this_thread;
-    void* mem =
-        kCacheSmall && bytes <= kSmallBytes ? take_small() : allocate(sizeof(TensorBuffer) + bytes);
+    void* mem = kCacheSmall && bytes <= kSmallBytes
+                    ? SmallBlocks::take()
+                    : BufferMemory::allocate(sizeof(TensorBuffer) + bytes);
     auto* b = new (mem) TensorBuffer;
     b->bytes = bytes;
     if (zero && bytes > 0) std::memset(b->data(), 0, bytes);
@@ -142,94 +193,17 @@ struct alignas(64) TensorBuffer {
       const bool small = kCacheSmall && bytes <= kSmallBytes;
       this->~TensorBuffer();
       if (small) {
-        give_small(this);
+        SmallBlocks::give(this);
       } else {
-        deallocate(this);
+        BufferMemory::deallocate(this);
       }
     }
   }
 
   static thread_local int64_t allocated_by_this_thread;
-
- private:
-  // Buffers of at most kSmallBytes (a scalar's, a short vector's: made and
-  // dropped in every step of a small graph) are all of one block size, and
-  // a few freed blocks are kept per thread for the next ones: no allocator
-  // call. A block freed on another thread goes to that thread's blocks.
-  // With tbbmalloc only: builds without it (the sanitizers' builds) make
-  // every buffer with operator new, at its exact size, so that the
-  // sanitizers see each buffer and its end, and the allocation tests count
-  // one operator new per buffer.
-  static constexpr std::size_t kSmallBytes = 64;
-  static constexpr std::size_t kKeptSmall = 8;
-  struct SmallBlocks {
-    void* blocks[kKeptSmall];
-    std::size_t count;
-    bool registered;  // the thread's flush at exit is set up
-    bool gone;        // the thread is ending: blocks go back at once
-  };
-  static constinit thread_local SmallBlocks small_blocks;
-  // At the thread's end, its kept blocks go back to the allocator.
-  struct SmallFlush {
-    ~SmallFlush() {
-      SmallBlocks& mine = small_blocks;
-      for (std::size_t i = 0; i < mine.count; ++i) deallocate(mine.blocks[i]);
-      mine.count = 0;
-      mine.gone = true;
-    }
-  };
-  static void* take_small() {
-    SmallBlocks& mine = small_blocks;
-    if (mine.count > 0) return mine.blocks[--mine.count];
-    return allocate(sizeof(TensorBuffer) + kSmallBytes);
-  }
-  static void give_small(void* mem) {
-    SmallBlocks& mine = small_blocks;
-    if (mine.gone || mine.count == kKeptSmall) {
-      deallocate(mem);
-      return;
-    }
-    if (!mine.registered) {
-      mine.registered = true;
-      static thread_local SmallFlush flush;
-      static_cast<void>(flush);
-    }
-    mine.blocks[mine.count++] = mem;
-  }
-#if !GRAPHRUN_TBBMALLOC || defined(__SANITIZE_ADDRESS__)
-  static constexpr bool kCacheSmall = false;
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
-  static constexpr bool kCacheSmall = false;
-#else
-  static constexpr bool kCacheSmall = true;
-#endif
-#else
-  static constexpr bool kCacheSmall = true;
-#endif
-
-  // 64-byte aligned memory (header, then data).
-  static void* allocate(std::size_t n) {
-#if GRAPHRUN_TBBMALLOC
-    void* mem = scalable_aligned_malloc(n, 64);
-    if (mem == nullptr) throw std::bad_alloc();
-    return mem;
-#else
-    return ::operator new (n, std::align_val_t{64});
-#endif
-  }
-  static void deallocate(void* mem) {
-#if GRAPHRUN_TBBMALLOC
-    scalable_aligned_free(mem);
-#else
-    ::operator delete (mem, std::align_val_t{64});
-#endif
-  }
 };
-static_assert(sizeof(TensorBuffer) == 64);
 
 thread_local int64_t TensorBuffer::allocated_by_this_thread = 0;
-constinit thread_local TensorBuffer::SmallBlocks TensorBuffer::small_blocks{};
 
 int64_t tensor_buffers_allocated_by_this_thread() { return TensorBuffer::allocated_by_this_thread; }
 void ref_tensor_buffer(TensorBuffer* b) noexcept { b->ref(); }

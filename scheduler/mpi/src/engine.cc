@@ -130,9 +130,9 @@ class Engine::Lent final : public WaitHelper {
   using Blocks = BlockCache<256>;
   static void* operator new(std::size_t bytes) {
     GRAPHRUN_CHECK(bytes <= Blocks::kSize);
-    return Blocks::mine().take();
+    return Blocks::take();
   }
-  static void operator delete(void* p) { Blocks::mine().give(p); }
+  static void operator delete(void* p) { Blocks::give(p); }
 
   bool poll() override {
     switch (engine_.advance_here(a_)) {

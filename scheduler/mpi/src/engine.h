@@ -18,41 +18,11 @@
 #include <thread>
 #include <vector>
 
+#include "api/src/block_cache.h"
+
 namespace graphrun::mpi::internal {
 
-// Blocks of kBlock bytes, a few kept per thread for the next objects of
-// their kind (operations, lent helpers: one or two per transfer). A block
-// freed on another thread (the progress thread) goes to that thread's
-// cache, or back to the heap when that one is full.
-template <std::size_t kBlock>
-class BlockCache {
- public:
-  static constexpr std::size_t kSize = kBlock;
-  BlockCache() = default;
-  BlockCache(const BlockCache&) = delete;
-  BlockCache& operator=(const BlockCache&) = delete;
-  ~BlockCache() {
-    for (std::size_t i = 0; i < count_; ++i) ::operator delete(blocks_[i]);
-    count_ = 0;
-  }
-  void* take() { return count_ > 0 ? blocks_[--count_] : ::operator new(kBlock); }
-  void give(void* p) {
-    if (count_ < kKept) {
-      blocks_[count_++] = p;
-    } else {
-      ::operator delete(p);
-    }
-  }
-  static BlockCache& mine() {
-    thread_local BlockCache cache;
-    return cache;
-  }
-
- private:
-  static constexpr std::size_t kKept = 4;
-  void* blocks_[kKept] = {};
-  std::size_t count_ = 0;
-};
+using graphrun::internal::BlockCache;
 
 // The requests of one round of an operation. Receives are told apart from
 // sends: a stopped operation cancels its receives, and its sends (which

@@ -55,9 +55,9 @@ class Transfer : public internal::KernelOperation {
 
   static void* operator new(std::size_t bytes) {
     GRAPHRUN_CHECK(bytes <= BlockCache::kSize);
-    return BlockCache::mine().take();
+    return BlockCache::take();
   }
-  static void operator delete(void* p) { BlockCache::mine().give(p); }
+  static void operator delete(void* p) { BlockCache::give(p); }
 
  protected:
   const int peer_;
