@@ -196,28 +196,51 @@ inline void RunState::end_node(const NodeItem& item, uint8_t checks, int64_t sta
   if (item.input_end > item.input_begin) release_inputs(item);
 }
 
+// The kernel called inside the pool's marks.
+inline Status RunState::call_in_pool(const NodeItem& item) noexcept {
+  // A kernel calling a session of the same pool is already inside it.
+  const ThreadPool::Impl::Inside inside(control_.pool);
+  const ThreadPool::Impl::InArena in_arena(control_.in_pool_arena ? control_.pool
+                                                                  : ThreadPool::Impl::in_arena);
+  return call_kernel(item);
+}
+
 void RunState::execute(const NodeItem& item) noexcept {
-  // The node's index, for the cost samples and the statistics (not on the
-  // common path).
-  auto index = [&] { return static_cast<int32_t>(&item - plan_.nodes.data()); };
   const uint8_t checks = checks_.load(std::memory_order_acquire);  // pairs with set_trace
   // A cancelled step skips its remaining nodes (their successors still
   // fire, and skip in turn). relaxed: advisory.
   if (cancellation_.cancelled.load(std::memory_order_relaxed)) return;
+  if ((checks & ~kCheckClosed) != 0 || measure_ || item.skip_kernel) [[unlikely]] {
+    execute_checked(item, checks);
+    return;
+  }
+  // The common path: a kernel to call; no deadline, statistics or sample.
+  if (may_be_interrupted(checks) && interrupted(item, checks, "before")) return;
+  const Status s = call_in_pool(item);
+  // A kernel that stopped because the session closed fails the step with
+  // that reason, whatever it returned.
+  if (may_be_interrupted(checks) && interrupted(item, checks, "while")) return;
+  if (!s.is_ok()) [[unlikely]] {
+    fail_node(item, s);
+    return;
+  }
+  if (item.input_end > item.input_begin) release_inputs(item);
+}
+
+void RunState::execute_checked(const NodeItem& item, uint8_t checks) noexcept {
+  // The node's index, for the cost samples and the statistics (not on the
+  // common path).
+  auto index = [&] { return static_cast<int32_t>(&item - plan_.nodes.data()); };
   if (may_be_interrupted(checks) && interrupted(item, checks, "before")) return;
   const int64_t start_ns = (checks & kCheckTrace) != 0 ? trace_now() : 0;
   Status s;
   if (!item.skip_kernel) {
-    // A kernel calling a session of the same pool is already inside it.
-    const ThreadPool::Impl::Inside inside(control_.pool);
-    const ThreadPool::Impl::InArena in_arena(control_.in_pool_arena ? control_.pool
-                                                                    : ThreadPool::Impl::in_arena);
     if (measure_) {
       const uint64_t start = cycle_count();
-      s = call_kernel(item);
+      s = call_in_pool(item);
       plan_.costs->record(index(), cycle_count() - start);
     } else {
-      s = call_kernel(item);
+      s = call_in_pool(item);
     }
   }
   end_node(item, checks, start_ns, s);

@@ -130,6 +130,10 @@ class RunState {
             control_.session_closed->load(std::memory_order_relaxed));  // relaxed: advisory
   }
   Status call_kernel(const NodeItem& item) noexcept;
+  Status call_in_pool(const NodeItem& item) noexcept;
+  // execute() for a node with more to do than call its kernel: a deadline,
+  // statistics, a cost sample, or no kernel at all.
+  [[gnu::noinline]] void execute_checked(const NodeItem& item, uint8_t checks) noexcept;
   // Internal unless every output of `item` was produced.
   Status check_outputs(const NodeItem& item) const;
   OpKernelContext make_context(const NodeItem& item);

@@ -23,6 +23,7 @@
 #include <graphrun/ops.h>
 
 #include <algorithm>
+#include <array>
 #include <exception>
 #include <new>
 
@@ -148,13 +149,12 @@ class CallOp final : public OpKernel, public NodeObjectStorage {
 
   Status compute(OpKernelContext& ctx) override {
     return run_guarded([&]() -> Status {
-      std::vector<Tensor> inputs;
-      inputs.reserve(static_cast<std::size_t>(ctx.num_inputs()));
-      for (int i = 0; i < ctx.num_inputs(); ++i) inputs.push_back(ctx.input(i));
-      Result<std::vector<Tensor>> result = fn_(std::span<const Tensor>(inputs));
+      const int n = ctx.num_inputs();
+      Result<std::vector<Tensor>> result =
+          n == 0 ? fn_(std::span<const Tensor>()) : call_with_inputs(ctx, n);
       if (!result.is_ok()) return std::move(result).status();
       std::vector<Tensor>& outputs = *result;
-      if (static_cast<int>(outputs.size()) != ctx.num_outputs()) {
+      if (static_cast<int>(outputs.size()) != ctx.num_outputs()) [[unlikely]] {
         return invalid_argument("the callable returned {} tensor(s) but {} output(s) are declared",
                                 outputs.size(), ctx.num_outputs());
       }
@@ -168,6 +168,22 @@ class CallOp final : public OpKernel, public NodeObjectStorage {
   }
 
  private:
+  // The callable sees its inputs as one span: copies of the slots' tensors
+  // (a reference each), on the stack for a few inputs.
+  [[gnu::noinline]] Result<std::vector<Tensor>> call_with_inputs(OpKernelContext& ctx,
+                                                                 int n) const {
+    constexpr int kOnStack = 4;
+    if (n <= kOnStack) {
+      std::array<Tensor, kOnStack> inputs;
+      for (int i = 0; i < n; ++i) inputs[static_cast<std::size_t>(i)] = ctx.input(i);
+      return fn_(std::span<const Tensor>(inputs.data(), static_cast<std::size_t>(n)));
+    }
+    std::vector<Tensor> inputs;
+    inputs.reserve(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) inputs.push_back(ctx.input(i));
+    return fn_(std::span<const Tensor>(inputs));
+  }
+
   // A copy per kernel, next to the kernel (one cache line fewer per node
   // than a shared one); its captures are shared as the user made them.
   const ops::CallableFn fn_;

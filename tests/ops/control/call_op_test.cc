@@ -140,6 +140,32 @@ TEST(CallTest, ManyInputsAndOutputsOfMixedDtypes) {
                                    TensorEq(Tensor(false))));
 }
 
+// The callable sees every input in order, whatever their number (a few are
+// passed from the stack, more from the heap), and the inputs it was handed
+// stay valid while it runs even when they are the graph's only reference.
+TEST(CallTest, SeesEveryInputInOrderForAnyInputCount) {
+  for (int n = 0; n <= 7; ++n) {
+    Graph g;
+    std::vector<Output> inputs;
+    for (int i = 0; i < n; ++i) {
+      inputs.push_back(ops::Call(g, {}, {DType::kInt64}, [i](std::span<const Tensor>) -> Tensors {
+        return std::vector<Tensor>{Tensor(int64_t{10 + i})};
+      })[0]);
+    }
+    std::vector<Output> out =
+        ops::Call(g, inputs, {DType::kInt64}, [n](std::span<const Tensor> in) -> Tensors {
+          if (static_cast<int>(in.size()) != n) return invalid_argument("saw {} inputs", in.size());
+          int64_t digits = 0;  // the inputs' values as digits, first input first
+          for (const Tensor& t : in) digits = digits * 100 + t.scalar<int64_t>();
+          return std::vector<Tensor>{Tensor(digits)};
+        });
+    ASSERT_THAT(g.status(), IsOk());
+    int64_t expected = 0;
+    for (int i = 0; i < n; ++i) expected = expected * 100 + 10 + i;
+    EXPECT_THAT(run_one(g, out[0], {}), IsOkAndHolds(TensorEq(Tensor(expected)))) << n << " inputs";
+  }
+}
+
 // Call builders keep the last signature's attributes per thread: nodes of
 // alternating signatures, and graphs built on two threads at once, each get
 // their own dtypes and shapes.
