@@ -216,15 +216,7 @@ void RunState::execute(const NodeItem& item) noexcept {
   }
   // The common path: a kernel to call; no deadline, statistics or sample.
   if (may_be_interrupted(checks) && interrupted(item, checks, "before")) return;
-  const Status s = call_in_pool(item);
-  // A kernel that stopped because the session closed fails the step with
-  // that reason, whatever it returned.
-  if (may_be_interrupted(checks) && interrupted(item, checks, "while")) return;
-  if (!s.is_ok()) [[unlikely]] {
-    fail_node(item, s);
-    return;
-  }
-  if (item.input_end > item.input_begin) release_inputs(item);
+  end_node(item, checks, 0, call_in_pool(item));
 }
 
 void RunState::execute_checked(const NodeItem& item, uint8_t checks) noexcept {
