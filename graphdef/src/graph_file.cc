@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <cerrno>
 #include <climits>
@@ -81,8 +82,9 @@ Status io_error(int err, std::string_view what) {
 using internal::FdCloser;
 using internal::file_kind;
 
-// The bytes of the regular file `path`: exactly the size stat reports when
-// it is opened, refused past kMaxGraphFileBytes. Every message starts with
+// The bytes of the regular file `path`: the size stat reports when it is
+// opened, then any more up to its end (a /proc file reports 0), refused
+// past kMaxGraphFileBytes. Every message starts with
 // "graph file '<path>': ".
 Result<std::string> read_graph_bytes(const std::filesystem::path& path) {
   const std::string name = fmt::format("graph file '{}'", path.string());
@@ -124,6 +126,23 @@ Result<std::string> read_graph_bytes(const std::filesystem::path& path) {
                            size);
     }
     done += static_cast<std::size_t>(n);
+  }
+  // Then on to the end: a file whose stat size is not its length (/proc and
+  // /sys report 0 bytes) is read whole, within the same limit.
+  for (;;) {
+    std::array<char, 4096> chunk{};
+    const ssize_t n = ::read(fd, chunk.data(), chunk.size());
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return io_error(errno, name + ": cannot read");
+    }
+    if (n == 0) break;
+    const auto got = static_cast<std::size_t>(n);
+    if (bytes.size() + got > static_cast<std::size_t>(kMaxGraphFileBytes)) {
+      return invalid_argument("{}: more than the limit of {} bytes (protobuf's 2 GiB)", name,
+                              kMaxGraphFileBytes);
+    }
+    bytes.append(chunk.data(), got);
   }
   return bytes;
 }

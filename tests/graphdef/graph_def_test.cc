@@ -526,6 +526,11 @@ TEST_F(GraphFileTest, LoadRefusesWhatIsNotARegularFile) {
   EXPECT_THAT(load_graph_file("/dev/zero"),
               StatusIs(StatusCode::kInvalidArgument,
                        "graph file '/dev/zero': is a character device, not a regular file"));
+  // A file whose stat size is 0 but which has content (/proc) is read to
+  // its end: its text is not a GraphDef (once read as an empty graph).
+  EXPECT_THAT(load_graph_file("/proc/self/status"),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "graph file '/proc/self/status': not a text-format GraphDef"));
   // Every file error names the file first.
   std::ofstream(dir_ / "bad.pbtxt") << "node {";
   EXPECT_THAT(
