@@ -158,8 +158,12 @@ int64_t tensor_proto_bytes(const v1::TensorProto& proto) {
   if (Result<DType> dtype = dtype_from_proto(proto.dtype()); dtype.is_ok()) {
     bytes = static_cast<int64_t>(dtype_size(*dtype));
   }
+  // A dimension below 1 anywhere makes no bytes, whatever comes before it
+  // ([2^40, 0] too): look for one before multiplying.
   for (const auto& dim : proto.tensor_shape().dim()) {
     if (dim.size() <= 0) return 0;
+  }
+  for (const auto& dim : proto.tensor_shape().dim()) {
     if (bytes > kMaxTensorProtoBytes / dim.size()) return kMaxTensorProtoBytes + 1;
     bytes *= dim.size();
   }

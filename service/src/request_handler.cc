@@ -114,14 +114,60 @@ v1::TensorShapeProto shape_to_proto(const Shape& shape) {
   return proto;
 }
 
-void encode_response(const std::vector<std::string>& fetches, const std::vector<Tensor>& values,
-                     const RunMetadata& metadata, bool trace, v1::RunResponse& response) {
+// The encoded response against `max_bytes`: what the fetches' check cannot
+// see (the framing, the trace's statistics).
+Status check_encoded_bytes(std::string_view method, const v1::RunResponse& response,
+                           int64_t max_bytes) {
+  const auto bytes = static_cast<int64_t>(response.ByteSizeLong());
+  if (bytes <= max_bytes) return Status::ok();
+  return resource_exhausted(
+      "the {} response would take {} bytes ({} fetched tensors{}), over the server's largest "
+      "message of {} bytes (max_message_bytes)",
+      method, bytes, response.tensor_size(),
+      response.has_metadata() ? " and the step statistics" : "", max_bytes);
+}
+
+// The fetched tensors against the largest response the server may send,
+// before anything is copied into a response: the sum of their bytes and
+// names (a lower bound of the encoded size; the same tensor fetched N times
+// counts N times, as it is encoded N times). ResourceExhausted naming the
+// limit, the size and the largest fetch.
+Status check_fetched_bytes(std::string_view method, const std::vector<std::string>& fetches,
+                           const std::vector<Tensor>& values, int64_t max_bytes) {
+  int64_t total = 0;
+  std::size_t largest = 0;
+  int64_t largest_bytes = -1;
+  for (std::size_t i = 0; i < fetches.size() && i < values.size(); ++i) {
+    const auto bytes = static_cast<int64_t>(values[i].byte_size());
+    total += bytes + static_cast<int64_t>(fetches[i].size());
+    if (bytes > largest_bytes) {
+      largest_bytes = bytes;
+      largest = i;
+    }
+  }
+  if (total <= max_bytes) return Status::ok();
+  return resource_exhausted(
+      "the {} response would take at least {} bytes for its {} fetched tensors, the largest "
+      "'{}' ({} bytes), over the server's largest message of {} bytes (max_message_bytes); "
+      "fetch less (each fetch of a tensor is sent in full)",
+      method, total, std::min(fetches.size(), values.size()), fetches[largest], largest_bytes,
+      max_bytes);
+}
+
+// Fills `response` with the fetches (checked against `max_bytes` first:
+// check_fetched_bytes) and, when tracing, the step statistics; then checks
+// the encoded size itself, so that a response over the limit is
+// ResourceExhausted here, never a failure to serialize.
+Status encode_response(std::string_view method, const std::vector<std::string>& fetches,
+                       const std::vector<Tensor>& values, const RunMetadata& metadata, bool trace,
+                       int64_t max_bytes, v1::RunResponse& response) {
+  GRAPHRUN_RETURN_IF_ERROR(check_fetched_bytes(method, fetches, values, max_bytes));
   for (std::size_t i = 0; i < fetches.size() && i < values.size(); ++i) {
     v1::NamedTensorProto* out = response.add_tensor();
     out->set_name(fetches[i]);
     *out->mutable_tensor() = tensor_to_proto(values[i]);
   }
-  if (!trace) return;
+  if (!trace) return check_encoded_bytes(method, response, max_bytes);
   response.mutable_metadata()->set_cpu_isa(metadata.cpu_isa);
   v1::StepStats* stats = response.mutable_metadata()->mutable_step_stats();
   for (const NodeExecStats& node : metadata.step_stats) {
@@ -134,6 +180,7 @@ void encode_response(const std::vector<std::string>& fetches, const std::vector<
     for (const Shape& shape : node.output_shapes) *out->add_output_shapes() = shape_to_proto(shape);
     out->set_output_bytes(node.output_bytes);
   }
+  return check_encoded_bytes(method, response, max_bytes);
 }
 
 // What Run and PartialRun take from their request before the step: the
@@ -159,15 +206,16 @@ Result<StepArgs> decode_step(const SessionRegistry& registry, const Request& req
 // options, metadata or null), encode the fetches in request order and, when
 // tracing, the step statistics.
 template <typename Request, typename Step>
-Status serve_step(const SessionRegistry& registry, const Request& request, const CallContext& call,
-                  v1::RunResponse& response, Step step) {
+Status serve_step(const SessionRegistry& registry, std::string_view method, int64_t max_bytes,
+                  const Request& request, const CallContext& call, v1::RunResponse& response,
+                  Step step) {
   GRAPHRUN_ASSIGN_OR_RETURN(StepArgs args, decode_step(registry, request, call));
   RunMetadata metadata;
   GRAPHRUN_ASSIGN_OR_RETURN(
       std::vector<Tensor> out,
       step(args.feeds, args.fetches, args.options, args.options.trace ? &metadata : nullptr));
-  encode_response(args.fetches, out, metadata, args.options.trace, response);
-  return Status::ok();
+  return encode_response(method, args.fetches, out, metadata, args.options.trace, max_bytes,
+                         response);
 }
 
 // An Answer called at most once: the first call goes through, later ones
@@ -188,15 +236,18 @@ class AnswerOnce {
 
 // The step's done for Run and PartialRun: the RunResponse (fetches in
 // request order, statistics when tracing) or the step's status.
-SessionRegistry::StepDone answer_step(std::shared_ptr<AnswerOnce> answer,
-                                      std::vector<std::string> fetches, bool trace) {
-  return [answer = std::move(answer), fetches = std::move(fetches), trace](
+SessionRegistry::StepDone answer_step(std::shared_ptr<AnswerOnce> answer, std::string_view method,
+                                      int64_t max_bytes, std::vector<std::string> fetches,
+                                      bool trace) {
+  return [answer = std::move(answer), method, max_bytes, fetches = std::move(fetches), trace](
              Result<std::vector<Tensor>> out, RunMetadata* metadata, std::shared_ptr<void> hold) {
     if (!out.is_ok()) return (*answer)(out.status(), std::move(hold));
     try {
       auto response = std::make_unique<v1::RunResponse>();
-      encode_response(fetches, *out, metadata != nullptr ? *metadata : RunMetadata{}, trace,
-                      *response);
+      Status encoded =
+          encode_response(method, fetches, *out, metadata != nullptr ? *metadata : RunMetadata{},
+                          trace, max_bytes, *response);
+      if (!encoded.is_ok()) return (*answer)(std::move(encoded), std::move(hold));
       (*answer)(std::unique_ptr<google::protobuf::Message>(std::move(response)), std::move(hold));
     } catch (const std::bad_alloc&) {
       (*answer)(resource_exhausted("the server ran out of memory encoding the response"),
@@ -270,7 +321,9 @@ Status parse_message(google::protobuf::io::ZeroCopyInputStream& input, int64_t s
   return invalid_argument("{} ({} bytes) could not be parsed: {}", what, size, reason);
 }
 
-RequestHandler::RequestHandler(SessionRegistry& registry) : registry_(registry) {
+RequestHandler::RequestHandler(SessionRegistry& registry, int64_t max_response_bytes)
+    : registry_(registry),
+      max_response_bytes_(std::clamp<int64_t>(max_response_bytes, 0, kMaxResponseBytes)) {
   install_protobuf_log_handler();
 }
 
@@ -360,8 +413,9 @@ void RequestHandler::run_async(const v1::RunRequest& request, const CallContext&
   Result<StepArgs> args = decode_step(registry_, request, call);
   if (!args.is_ok()) return (*once)(args.status(), nullptr);
   const bool trace = args->options.trace;
-  registry_.run_async(request.session_handle(), args->feeds, args->fetches, names(request.target()),
-                      args->options, answer_step(once, args->fetches, trace));
+  registry_.run_async(
+      request.session_handle(), args->feeds, args->fetches, names(request.target()), args->options,
+      answer_step(once, method_name(Method::kRun), max_response_bytes_, args->fetches, trace));
 }
 
 void RequestHandler::partial_run_async(const v1::PartialRunRequest& request,
@@ -372,7 +426,8 @@ void RequestHandler::partial_run_async(const v1::PartialRunRequest& request,
   const bool trace = args->options.trace;
   registry_.partial_run_async(request.session_handle(), request.partial_run_handle(), args->feeds,
                               args->fetches, names(request.target()), args->options,
-                              answer_step(once, args->fetches, trace));
+                              answer_step(once, method_name(Method::kPartialRun),
+                                          max_response_bytes_, args->fetches, trace));
 }
 
 Status RequestHandler::create_session(const v1::CreateSessionRequest& request,
@@ -421,7 +476,8 @@ Status RequestHandler::extend_session(const v1::ExtendSessionRequest& request,
 
 Status RequestHandler::run(const v1::RunRequest& request, const CallContext& call,
                            v1::RunResponse& response) {
-  return serve_step(registry_, request, call, response,
+  return serve_step(registry_, method_name(Method::kRun), max_response_bytes_, request, call,
+                    response,
                     [&](const NamedTensors& feeds, const std::vector<std::string>& fetches,
                         const RunOptions& options, RunMetadata* metadata) {
                       return registry_.run(request.session_handle(), feeds, fetches,
@@ -446,13 +502,13 @@ Status RequestHandler::partial_run_setup(const v1::PartialRunSetupRequest& reque
 
 Status RequestHandler::partial_run(const v1::PartialRunRequest& request, const CallContext& call,
                                    v1::RunResponse& response) {
-  return serve_step(registry_, request, call, response,
-                    [&](const NamedTensors& feeds, const std::vector<std::string>& fetches,
-                        const RunOptions& options, RunMetadata* metadata) {
-                      return registry_.partial_run(request.session_handle(),
-                                                   request.partial_run_handle(), feeds, fetches,
-                                                   names(request.target()), options, metadata);
-                    });
+  return serve_step(
+      registry_, method_name(Method::kPartialRun), max_response_bytes_, request, call, response,
+      [&](const NamedTensors& feeds, const std::vector<std::string>& fetches,
+          const RunOptions& options, RunMetadata* metadata) {
+        return registry_.partial_run(request.session_handle(), request.partial_run_handle(), feeds,
+                                     fetches, names(request.target()), options, metadata);
+      });
 }
 
 Status RequestHandler::cancel_partial_run(const v1::CancelPartialRunRequest& request) {

@@ -13,6 +13,7 @@
 #include <graphrun/v1/session_service.pb.h>
 
 #include <chrono>
+#include <climits>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -67,7 +68,16 @@ void install_protobuf_log_handler();
 // bad_alloc).
 class RequestHandler {
  public:
-  explicit RequestHandler(SessionRegistry& registry);
+  // The largest response any handler may send: protobuf's own limit (2 GiB
+  // less one byte).
+  static constexpr int64_t kMaxResponseBytes = INT_MAX;
+
+  // A Run or PartialRun response that would exceed `max_response_bytes`
+  // (the server's max_message_bytes; at most kMaxResponseBytes) is
+  // ResourceExhausted naming the limit, the size and the largest fetch,
+  // checked on the fetched tensors before any is copied into the response.
+  explicit RequestHandler(SessionRegistry& registry,
+                          int64_t max_response_bytes = kMaxResponseBytes);
 
   // Parses a serialized request of `method` and handles it. Returns the
   // response message, or the status to send.
@@ -116,6 +126,7 @@ class RequestHandler {
 
  private:
   SessionRegistry& registry_;  // not owned
+  const int64_t max_response_bytes_;
 };
 
 }  // namespace graphrun::service_internal

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <cerrno>
+#include <charconv>
 #include <cstddef>
 #include <mutex>
 #include <string_view>
@@ -174,7 +175,27 @@ std::string_view host_of(std::string_view address) {
   return colon == std::string_view::npos ? address : address.substr(0, colon);
 }
 
+// A TCP listening address's port: digits in 0..65535 (gRPC itself would
+// take "70000" modulo 65536). Unix and vsock addresses have none to check.
+Status check_port(std::string_view address) {
+  if (is_unix_address(address) || address.starts_with("vsock:")) return Status::ok();
+  const std::size_t colon = address.rfind(':');
+  // No port ("[::1]" included): gRPC's own error names it.
+  if (colon == std::string_view::npos || address.ends_with(']')) return Status::ok();
+  const std::string_view port_text = address.substr(colon + 1);
+  int port = -1;
+  const auto [end, error] =
+      std::from_chars(port_text.data(), port_text.data() + port_text.size(), port);
+  if (port_text.empty() || error != std::errc() || end != port_text.data() + port_text.size() ||
+      port < 0 || port > 65535) {
+    return invalid_argument("listen address '{}': port '{}' is not a number in 0..65535", address,
+                            port_text);
+  }
+  return Status::ok();
+}
+
 Status check_options(const ServerOptions& options) {
+  GRAPHRUN_RETURN_IF_ERROR(check_port(options.address));
   if (options.max_message_bytes <= 0) {
     return invalid_argument("max_message_bytes must be positive, got {}",
                             options.max_message_bytes);
@@ -231,8 +252,8 @@ bool is_loopback_host(std::string_view host) {
 }
 
 struct Server::Impl {
-  Impl(const ServiceLimits& limits, std::size_t max_calls_in_flight)
-      : registry(limits), service(registry, max_calls_in_flight) {}
+  Impl(const ServiceLimits& limits, std::size_t max_calls_in_flight, int max_message_bytes)
+      : registry(limits), service(registry, max_calls_in_flight, max_message_bytes) {}
 
   // Declaration order is destruction order reversed: the HTTP endpoint and
   // the gRPC server (whose interceptors hold `metrics`) go first.
@@ -254,7 +275,8 @@ Server::~Server() { shutdown(); }
 
 Result<std::unique_ptr<Server>> Server::start(ServerOptions options) {
   GRAPHRUN_RETURN_IF_ERROR(check_options(options));
-  auto impl = std::make_unique<Impl>(options.limits, options.max_calls_in_flight);
+  auto impl = std::make_unique<Impl>(options.limits, options.max_calls_in_flight,
+                                     options.max_message_bytes);
   if (!options.metrics_address.empty()) {
     Impl* raw = impl.get();
     GRAPHRUN_ASSIGN_OR_RETURN(impl->metrics_http,

@@ -7,7 +7,6 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -15,6 +14,7 @@
 #include <charconv>
 #include <cstring>
 #include <iterator>
+#include <vector>
 
 namespace graphrun::service_internal {
 namespace {
@@ -184,7 +184,8 @@ Result<HostPort> parse_loopback_host_port(std::string_view address) {
 }
 
 Result<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::start(
-    std::string_view address, std::function<std::string()> render) {
+    std::string_view address, std::function<std::string()> render,
+    std::chrono::milliseconds request_timeout) {
   GRAPHRUN_ASSIGN_OR_RETURN(HostPort where, parse_loopback_host_port(address));
   const bool v6 = where.host.find(':') != std::string::npos;
   sockaddr_storage storage{};
@@ -206,12 +207,12 @@ Result<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::start(
     }
     length = sizeof(sockaddr_in);
   }
-  int fd = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int fd = ::socket(v6 ? AF_INET6 : AF_INET, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return unavailable("metrics endpoint: socket: {}", std::strerror(errno));
   const int one = 1;
   ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));  // TIME_WAIT only, no sharing
   if (::bind(fd, reinterpret_cast<const sockaddr*>(&storage), length) != 0 ||
-      ::listen(fd, 16) != 0) {
+      ::listen(fd, static_cast<int>(kMaxConnections)) != 0) {
     const int err = errno;
     ::close(fd);
     return unavailable("cannot listen on metrics address '{}': {}", address, std::strerror(err));
@@ -231,17 +232,19 @@ Result<std::unique_ptr<MetricsHttpServer>> MetricsHttpServer::start(
   }
   std::string real =
       v6 ? fmt::format("[{}]:{}", where.host, port) : fmt::format("{}:{}", where.host, port);
-  return std::unique_ptr<MetricsHttpServer>(
-      new MetricsHttpServer(fd, wake[0], wake[1], std::move(real), std::move(render)));
+  return std::unique_ptr<MetricsHttpServer>(new MetricsHttpServer(
+      fd, wake[0], wake[1], std::move(real), std::move(render), request_timeout));
 }
 
 MetricsHttpServer::MetricsHttpServer(int listen_fd, int wake_read, int wake_write,
-                                     std::string address, std::function<std::string()> render)
+                                     std::string address, std::function<std::string()> render,
+                                     std::chrono::milliseconds request_timeout)
     : listen_fd_(listen_fd),
       wake_read_(wake_read),
       wake_write_(wake_write),
       address_(std::move(address)),
-      render_(std::move(render)) {
+      render_(std::move(render)),
+      request_timeout_(request_timeout) {
   thread_ = std::thread([this] { serve(); });
 }
 
@@ -255,37 +258,107 @@ void MetricsHttpServer::stop() {
   close_fd(listen_fd_);
 }
 
+namespace {
+
+// One connection of the endpoint: reading its request head until
+// `response` is set, then sending it; dropped at `deadline` either way.
+struct Connection {
+  int fd = -1;
+  std::chrono::steady_clock::time_point deadline;
+  std::string request;
+  std::string response;
+  std::size_t sent = 0;
+  bool answering = false;  // response set: sending
+};
+
+bool head_complete(const std::string& request) {
+  return request.find("\r\n\r\n") != std::string::npos || request.find("\n\n") != std::string::npos;
+}
+
+}  // namespace
+
 void MetricsHttpServer::serve() {
+  std::vector<Connection> connections;
+  std::vector<pollfd> fds;
+  const auto close_all = [&] {
+    for (Connection& c : connections) close_fd(c.fd);
+  };
   for (;;) {
-    pollfd fds[2] = {{listen_fd_, POLLIN, 0}, {wake_read_, POLLIN, 0}};
-    if (::poll(fds, 2, -1) < 0) {
+    // Drop the connections past their deadline; poll until the nearest.
+    const auto now = std::chrono::steady_clock::now();
+    std::erase_if(connections, [&](Connection& c) {
+      if (c.fd >= 0 && now < c.deadline) return false;
+      close_fd(c.fd);
+      return true;
+    });
+    int timeout_ms = -1;
+    for (const Connection& c : connections) {
+      const auto left = std::chrono::ceil<std::chrono::milliseconds>(c.deadline - now).count();
+      timeout_ms =
+          timeout_ms < 0 ? static_cast<int>(left) : std::min(timeout_ms, static_cast<int>(left));
+    }
+    fds.clear();
+    fds.push_back({wake_read_, POLLIN, 0});
+    // Past kMaxConnections, new connections wait in the backlog.
+    fds.push_back({connections.size() < kMaxConnections ? listen_fd_ : -1, POLLIN, 0});
+    for (const Connection& c : connections) {
+      fds.push_back({c.fd, static_cast<short>(c.answering ? POLLOUT : POLLIN), 0});
+    }
+    if (::poll(fds.data(), fds.size(), timeout_ms) < 0) {
       if (errno == EINTR) continue;
+      close_all();
       return;
     }
-    if (fds[1].revents != 0) return;
-    if ((fds[0].revents & POLLIN) == 0) continue;
-    const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-    if (fd < 0) continue;
-    answer(fd);
-    ::close(fd);
+    if (fds[0].revents != 0) {
+      close_all();
+      return;
+    }
+    for (std::size_t i = 0; i < connections.size(); ++i) {
+      Connection& c = connections[i];
+      const short revents = fds[i + 2].revents;
+      if (revents == 0) continue;
+      if (!c.answering) {
+        char buffer[1024];
+        const ssize_t n = ::recv(c.fd, buffer, sizeof(buffer), 0);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+        if (n > 0) c.request.append(buffer, static_cast<std::size_t>(n));
+        // The head's end, its size limit, or the client's end (answer what
+        // came): answer; an error drops the connection.
+        if (n < 0) {
+          close_fd(c.fd);
+          continue;
+        }
+        if (n == 0 || c.request.size() >= kMaxRequestBytes || head_complete(c.request)) {
+          c.response = respond(c.request);
+          c.answering = true;
+        }
+        continue;  // send when the socket says it can
+      }
+      const ssize_t n = ::send(c.fd, c.response.data() + c.sent, c.response.size() - c.sent,
+                               MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) continue;
+      if (n <= 0) {
+        close_fd(c.fd);
+        continue;
+      }
+      c.sent += static_cast<std::size_t>(n);
+      if (c.sent == c.response.size()) close_fd(c.fd);  // done
+    }
+    // Every connection waiting, up to the cap (the listening socket is
+    // non-blocking).
+    while ((fds[1].revents & POLLIN) != 0 && connections.size() < kMaxConnections) {
+      const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+      if (fd < 0) break;
+      Connection c;
+      c.fd = fd;
+      c.deadline = std::chrono::steady_clock::now() + request_timeout_;
+      connections.push_back(std::move(c));
+    }
   }
 }
 
-void MetricsHttpServer::answer(int fd) const {
-  const timeval timeout{2, 0};
-  ::setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &timeout, sizeof(timeout));
-  ::setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &timeout, sizeof(timeout));
-  // The request head, up to 8 KiB; only its first line matters.
-  std::string request;
-  char buffer[1024];
-  while (request.size() < 8192 && request.find("\r\n\r\n") == std::string::npos &&
-         request.find("\n\n") == std::string::npos) {
-    const ssize_t n = ::recv(fd, buffer, sizeof(buffer), 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;
-    request.append(buffer, static_cast<std::size_t>(n));
-  }
-  const std::string_view line = std::string_view(request).substr(0, request.find_first_of("\r\n"));
+std::string MetricsHttpServer::respond(std::string_view request) const {
+  const std::string_view line = request.substr(0, request.find_first_of("\r\n"));
   const std::size_t first_space = line.find(' ');
   const std::string_view method = line.substr(0, first_space);
   std::string_view target;
@@ -310,13 +383,7 @@ void MetricsHttpServer::answer(int fd) const {
       "Content-Length: {}\r\nConnection: close\r\n\r\n",
       status, body.size());
   if (method != "HEAD") response += body;
-  std::size_t sent = 0;
-  while (sent < response.size()) {
-    const ssize_t n = ::send(fd, response.data() + sent, response.size() - sent, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    sent += static_cast<std::size_t>(n);
-  }
+  return response;
 }
 
 }  // namespace graphrun::service_internal

@@ -81,17 +81,31 @@ Result<HostPort> parse_loopback_host_port(std::string_view address);
 
 // One thread answering GET /metrics (HTTP/1.0, one request per
 // connection) with render()'s text; 404 for other paths, 405 for other
-// methods. Connections are served one at a time, each with a 2 s read and
-// write timeout.
+// methods. The thread serves up to kMaxConnections connections at once,
+// without blocking on any (non-blocking sockets, one poll loop), and gives
+// each `request_timeout` from its accept to read the request head and send
+// the answer; past it the connection is dropped. So a slow or idle client
+// delays no other, and holds a place at most request_timeout; past
+// kMaxConnections open, new connections wait in the listen backlog until
+// one ends.
 // Thread safety: construction and stop() from one thread; render() is
 // called on the endpoint's thread and must be thread-safe. Owns its socket
 // and thread; the destructor stops it.
 class MetricsHttpServer {
  public:
+  // A connection's whole time, from accept to the answer's last byte.
+  static constexpr std::chrono::milliseconds kRequestTimeout{2000};
+  // Connections served at once.
+  static constexpr std::size_t kMaxConnections = 64;
+  // The longest request head read (only its first line matters).
+  static constexpr std::size_t kMaxRequestBytes = 8192;
+
   // Listens on `address` (parse_loopback_host_port's rules). Unavailable
-  // when the address cannot be bound.
-  static Result<std::unique_ptr<MetricsHttpServer>> start(std::string_view address,
-                                                          std::function<std::string()> render);
+  // when the address cannot be bound. `request_timeout`: kRequestTimeout
+  // unless a test wants it shorter.
+  static Result<std::unique_ptr<MetricsHttpServer>> start(
+      std::string_view address, std::function<std::string()> render,
+      std::chrono::milliseconds request_timeout = kRequestTimeout);
   ~MetricsHttpServer();
   MetricsHttpServer(const MetricsHttpServer&) = delete;
   MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
@@ -103,15 +117,17 @@ class MetricsHttpServer {
 
  private:
   MetricsHttpServer(int listen_fd, int wake_read, int wake_write, std::string address,
-                    std::function<std::string()> render);
+                    std::function<std::string()> render, std::chrono::milliseconds request_timeout);
   void serve();
-  void answer(int fd) const;
+  // The whole HTTP answer to `request` (its head, possibly cut short).
+  std::string respond(std::string_view request) const;
 
   int listen_fd_;
   int wake_read_;  // a pipe: a byte (or its closing) ends serve()
   int wake_write_;
   std::string address_;
   std::function<std::string()> render_;
+  const std::chrono::milliseconds request_timeout_;
   std::thread thread_;
 };
 

@@ -301,11 +301,21 @@ int SessionRegistry::max_inter_op_threads() const {
   return std::min(limit, ThreadPool::max_threads());
 }
 
+namespace {
+// A byte count for a message: the counts here saturate at
+// kMaxTensorProtoBytes + 1, which is "more than kMaxTensorProtoBytes", not a
+// size.
+std::string byte_count(int64_t bytes) {
+  if (bytes > kMaxTensorProtoBytes) return fmt::format("more than {}", kMaxTensorProtoBytes);
+  return fmt::format("{}", bytes);
+}
+}  // namespace
+
 Status SessionRegistry::check_request_bytes(int64_t bytes) const {
   if (bytes > limits_.max_tensor_bytes_per_request) {
     return resource_exhausted(
-        "request feeds {} tensor bytes (limit max_tensor_bytes_per_request = {})", bytes,
-        limits_.max_tensor_bytes_per_request);
+        "request feeds {} tensor bytes (limit max_tensor_bytes_per_request = {})",
+        byte_count(bytes), limits_.max_tensor_bytes_per_request);
   }
   return Status::ok();
 }
@@ -316,7 +326,7 @@ Status SessionRegistry::check_graph_def_tensors(const v1::GraphDef& def) const {
     return resource_exhausted(
         "the GraphDef's tensors (Const values) take {} bytes (limit max_tensor_bytes_per_request "
         "= {})",
-        bytes, limits_.max_tensor_bytes_per_request);
+        byte_count(bytes), limits_.max_tensor_bytes_per_request);
   }
   return Status::ok();
 }
@@ -329,10 +339,13 @@ int64_t static_output_bytes(const Node& node) {
   if (shape.is_unknown_rank()) return 0;
   constexpr int64_t kCap = kMaxTensorProtoBytes + 1;
   int64_t bytes = static_cast<int64_t>(dtype_size(node.output_dtype(0)));
+  // Unknown (-1) or empty (0) anywhere: nothing known to count, whatever
+  // the other dimensions ([2^40, 0] is 0 bytes, not saturated).
+  for (int i = 0; i < shape.rank(); ++i) {
+    if (shape.dim(i) <= 0) return 0;
+  }
   for (int i = 0; i < shape.rank(); ++i) {
     const int64_t d = shape.dim(i);
-    if (d < 0) return 0;  // unknown until run time
-    if (d == 0) return 0;
     if (bytes > kCap / d) return kCap;
     bytes *= d;
   }
@@ -361,9 +374,10 @@ Status SessionRegistry::check_materialized(const Graph& graph, int first, int64_
     return resource_exhausted(
         "the graph's tensors take {} bytes: {} of Const values and {} made by every run of "
         "Fill{} (limit max_tensor_bytes_per_request = {})",
-        total, constants, made,
-        largest == nullptr ? std::string()
-                           : fmt::format(" ({} alone: {})", largest->describe(), largest_bytes),
+        byte_count(total), byte_count(constants), byte_count(made),
+        largest == nullptr
+            ? std::string()
+            : fmt::format(" ({} alone: {})", largest->describe(), byte_count(largest_bytes)),
         limits_.max_tensor_bytes_per_request);
   }
   return Status::ok();

@@ -215,8 +215,9 @@ grpc::Status to_grpc_status(const Status& status) {
   return {static_cast<grpc::StatusCode>(status.code()), cap_status_message(status.message())};
 }
 
-SessionServiceImpl::SessionServiceImpl(SessionRegistry& registry, std::size_t max_calls_in_flight)
-    : handler_(std::make_unique<RequestHandler>(registry)),
+SessionServiceImpl::SessionServiceImpl(SessionRegistry& registry, std::size_t max_calls_in_flight,
+                                       int max_response_bytes)
+    : handler_(std::make_unique<RequestHandler>(registry, max_response_bytes)),
       max_calls_in_flight_(max_calls_in_flight == 0 ? 1 : max_calls_in_flight) {}
 
 SessionServiceImpl::~SessionServiceImpl() = default;

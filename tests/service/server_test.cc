@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -365,6 +366,14 @@ TEST(ServerOptionsTest, InconsistentOptionsAreInvalidArgument) {
   bad_port.metrics_address = "127.0.0.1:http";
   EXPECT_THAT(Server::start(bad_port).status(),
               StatusIs(StatusCode::kInvalidArgument, "port 'http'"));
+  // gRPC alone would listen on 70000 modulo 65536 (4464).
+  for (const char* address : {"127.0.0.1:70000", "[::1]:65536", "ipv4:127.0.0.1:99999"}) {
+    ServerOptions wrapping_port;
+    wrapping_port.address = address;
+    EXPECT_THAT(Server::start(wrapping_port).status(),
+                StatusIs(StatusCode::kInvalidArgument, "is not a number in 0..65535"))
+        << address;
+  }
 }
 
 // --- bearer token ------------------------------------------------------------
@@ -663,6 +672,10 @@ TEST(GraphrunServerBinaryTest, BadFlagsAreOneLineOnStderr) {
   std::ofstream(token) << "tok\n";
   const std::string empty_token = dir.path() + "/empty";
   std::ofstream(empty_token) << "\n";
+  const std::string fifo = dir.path() + "/fifo";
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const std::string big_token = dir.path() + "/big";
+  std::ofstream(big_token) << std::string((64 << 10) + 1, 't');
   const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
       {{"--no-such-flag"}, "--no-such-flag"},
       {{"--max-sessions", "0"}, "--max-sessions: expected a positive integer, got '0'"},
@@ -674,6 +687,15 @@ TEST(GraphrunServerBinaryTest, BadFlagsAreOneLineOnStderr) {
       {{"--token-file", empty_token}, "holds no token"},
       {{"--listen", "0.0.0.0:0", "--token-file", token}, "a bearer token without TLS"},
       {{"--metrics-listen", "0.0.0.0:9464"}, "is not loopback"},
+      // A port past 65535 is refused (gRPC alone took it modulo 65536).
+      {{"--listen", "127.0.0.1:70000"}, "port '70000' is not a number in 0..65535"},
+      {{"--listen", "127.0.0.1:-1"}, "port '-1' is not a number in 0..65535"},
+      // A token file that is not a regular file, or too large, is refused
+      // before it is read (/dev/zero was read without end, a FIFO blocked).
+      {{"--token-file", "/dev/zero"}, "'/dev/zero' is a character device, not a regular file"},
+      {{"--token-file", fifo}, "is a pipe, not a regular file"},
+      {{"--token-file", dir.path()}, "is a directory, not a regular file"},
+      {{"--token-file", big_token}, "a token file may have at most 65536"},
   };
   for (const auto& [flags, message] : cases) {
     std::vector<std::string> args = {kServerBinary};

@@ -15,16 +15,21 @@
 // calls, calls in flight get --grace-period, then their steps are cancelled
 // and every session is closed) and it exits 0. A bad flag is one line on
 // stderr and exit code 2; a server that cannot start exits 1.
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <graphrun/server.h>
 #include <graphrun/session.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <CLI/CLI.hpp>
 
+#include <cerrno>
 #include <charconv>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -33,6 +38,8 @@
 // Relative: this target does not have the repository root on its include
 // path; the header is self-contained (public API and fmt only).
 #include "../graphrun/build_info.h"
+// The same for the file-kind helper the graph and .npy readers use.
+#include "../../api/src/posix_file.h"
 
 #ifdef GRAPHRUN_SERVER_MPI
 #include <graphrun/mpi.h>
@@ -75,9 +82,48 @@ Result<std::string> read_file(std::string_view flag, const std::string& path) {
   return contents.str();
 }
 
+// A token file is small: more than this is not a token.
+constexpr std::size_t kMaxTokenFileBytes = 64 << 10;
+
 // The token file's contents without trailing line ends; empty is an error.
+// Only a regular file of at most kMaxTokenFileBytes: a device (/dev/zero)
+// would be read without end and a FIFO would block the start forever (it is
+// opened without blocking, then refused).
 Result<std::string> read_token(const std::string& path) {
-  GRAPHRUN_ASSIGN_OR_RETURN(std::string token, read_file("--token-file", path));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    return invalid_argument("--token-file: cannot read '{}': {}", path, std::strerror(errno));
+  }
+  const graphrun::internal::FdCloser closer(fd);
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    return invalid_argument("--token-file: cannot read '{}': {}", path, std::strerror(errno));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    return invalid_argument("--token-file: '{}' is {}, not a regular file", path,
+                            graphrun::internal::file_kind(st.st_mode));
+  }
+  if (st.st_size > static_cast<off_t>(kMaxTokenFileBytes)) {
+    return invalid_argument("--token-file: '{}' has {} bytes; a token file may have at most {}",
+                            path, st.st_size, kMaxTokenFileBytes);
+  }
+  // One byte more than the limit, in case the file grew since fstat.
+  std::string token(kMaxTokenFileBytes + 1, '\0');
+  std::size_t got = 0;
+  while (got < token.size()) {
+    const ssize_t n = ::read(fd, token.data() + got, token.size() - got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      return invalid_argument("--token-file: cannot read '{}': {}", path, std::strerror(errno));
+    }
+    if (n == 0) break;
+    got += static_cast<std::size_t>(n);
+  }
+  if (got > kMaxTokenFileBytes) {
+    return invalid_argument("--token-file: '{}' has more than {} bytes; too large for a token",
+                            path, kMaxTokenFileBytes);
+  }
+  token.resize(got);
   while (!token.empty() && (token.back() == '\n' || token.back() == '\r')) token.pop_back();
   if (token.empty()) return invalid_argument("--token-file: '{}' holds no token", path);
   return token;

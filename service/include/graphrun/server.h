@@ -29,7 +29,7 @@ namespace graphrun {
 struct ServerOptions {
   /// "host:port" (port 0: the system picks one), "[::1]:port" or
   /// "unix:path". Loopback by default; listen wider only on purpose, and
-  /// then with TLS.
+  /// then with TLS. A port outside 0..65535 is InvalidArgument.
   std::string address = "127.0.0.1:0";
   /// Largest request and response message, bytes. A larger request fails
   /// with RESOURCE_EXHAUSTED before it reaches the service.
@@ -80,7 +80,8 @@ class Server {
  public:
   /// Starts listening on options.address (and options.metrics_address).
   /// InvalidArgument for inconsistent options (half a TLS pair, a token in
-  /// the clear on a non-loopback address, a non-loopback metrics address);
+  /// the clear on a non-loopback address, a non-loopback metrics address, a
+  /// port outside 0..65535);
   /// Unavailable when an address cannot be bound.
   static Result<std::unique_ptr<Server>> start(ServerOptions options = {});
   ~Server();

@@ -30,6 +30,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <climits>
 #include <cstddef>
 #include <memory>
 #include <string>
@@ -89,8 +90,14 @@ class SessionServiceImpl final : public RawSessionService {
   /// is RESOURCE_EXHAUSTED naming the limit, so that clients cannot queue
   /// unbounded work. No thread is held per call: the bound is on queued
   /// work (requests, feeds), not on threads.
+  ///
+  /// A Run or PartialRun response larger than `max_response_bytes` (the
+  /// server's max message size; protobuf's 2 GiB at most) is
+  /// RESOURCE_EXHAUSTED naming the limit, its size and the largest fetch,
+  /// found before the fetched tensors are copied into the response.
   explicit SessionServiceImpl(SessionRegistry& registry,
-                              std::size_t max_calls_in_flight = kDefaultMaxCallsInFlight);
+                              std::size_t max_calls_in_flight = kDefaultMaxCallsInFlight,
+                              int max_response_bytes = INT_MAX);
   /// The default of max_calls_in_flight.
   static constexpr std::size_t kDefaultMaxCallsInFlight = 4096;
   ~SessionServiceImpl() override;
