@@ -55,14 +55,18 @@ Result<Shape> Shape::make(std::span<const int64_t> dims) {
   if (dims.size() > static_cast<std::size_t>(kMaxRank)) {
     return invalid_argument("rank {} exceeds graphrun's maximum of {}", dims.size(), kMaxRank);
   }
+  // The product of the known non-zero dimensions must fit int64, wherever a
+  // 0 stands: [0,M,M] is refused like [M,M,0] (a 0 first would otherwise
+  // hide the overflow, and code multiplying some of the dimensions would
+  // meet it).
   int64_t n = 1;
   for (int64_t d : dims) {
     if (d < kUnknownDim) return invalid_argument("negative dimension {} in a shape", d);
-    if (d > 0 && n > 0 && n > std::numeric_limits<int64_t>::max() / d) {
+    if (d > 0 && n > std::numeric_limits<int64_t>::max() / d) {
       return invalid_argument("shape [{}] has more elements than int64 can count",
                               fmt::join(dims, ","));
     }
-    if (d >= 0) n *= d;
+    if (d > 0) n *= d;
   }
   return Shape(dims);
 }
@@ -82,6 +86,9 @@ bool Shape::is_fully_defined() const {
 
 int64_t Shape::num_elements() const {
   if (!is_fully_defined()) return -1;
+  for (int64_t d : dims()) {
+    if (d == 0) return 0;  // wherever it stands: [M,M,0] holds 0 elements, not "too many"
+  }
   int64_t n = 1;
   for (int64_t d : dims()) {
     // Saturates instead of overflowing (shapes may come from untrusted input).
@@ -221,15 +228,24 @@ Result<std::size_t> checked_bytes(DType dtype, const Shape& shape, int64_t& elem
     return invalid_argument("cannot allocate a tensor of shape {}: not fully defined",
                             shape.to_string());
   }
-  // Overflow-checked product: shapes may come from untrusted input.
+  // Overflow-checked product: shapes may come from untrusted input. The
+  // limit applies to the non-zero dimensions wherever a 0 stands, so that
+  // [0,M,M] and [M,M,0] are treated alike (both refused when M*M is too
+  // large, although neither holds an element).
   const auto size = static_cast<int64_t>(dtype_size(dtype));
   int64_t bytes = size;
+  bool empty = false;
   for (int64_t d : shape.dims()) {
-    if (d != 0 && bytes > std::numeric_limits<int64_t>::max() / 2 / d) {
+    if (d == 0) {
+      empty = true;
+      continue;
+    }
+    if (bytes > std::numeric_limits<int64_t>::max() / 2 / d) {
       return resource_exhausted("tensor {}{} is too large", dtype_name(dtype), shape.to_string());
     }
     bytes *= d;
   }
+  if (empty) bytes = 0;
   elements = bytes / size;
   return static_cast<std::size_t>(bytes);
 }
@@ -345,7 +361,15 @@ void print_block(std::string& out, std::span<const T> v, const Shape& shape, int
     --budget;
     return;
   }
-  const int64_t inner = shape.dim(d) == 0 ? 0 : stride / shape.dim(d);
+  if (shape.dim(d) == 0) {
+    // An empty list counts as one element against the budget, so that a
+    // zero-element tensor of shape [N,M,0] prints at most `budget` of its
+    // N*M empty lists rather than all of them.
+    out += "[]";
+    --budget;
+    return;
+  }
+  const int64_t inner = stride / shape.dim(d);
   out += '[';
   for (int64_t i = 0; i < shape.dim(d); ++i) {
     if (i > 0) out += ", ";

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <iterator>
 #include <limits>
+#include <sstream>
 #include <thread>
 #include <vector>
 
@@ -58,6 +59,23 @@ TEST(ShapeTest, MakeValidatesUntrustedDims) {
   EXPECT_EQ(Shape::make(too_deep).status().code(), StatusCode::kInvalidArgument);
   std::vector<int64_t> ok{2, -1};
   EXPECT_EQ(Shape::make(ok)->to_string(), "[2,?]");
+}
+
+// A 0 does not hide an overflowing product, wherever it stands, and a shape
+// holding a 0 counts 0 elements (not INT64_MAX).
+TEST(ShapeTest, ZeroDimensionIsTreatedAlikeWhereverItStands) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  for (const std::vector<int64_t>& dims :
+       std::vector<std::vector<int64_t>>{{kMax, kMax, 0}, {0, kMax, kMax}, {kMax, 0, kMax}}) {
+    auto made = Shape::make(dims);
+    ASSERT_FALSE(made.is_ok()) << Shape(dims);
+    EXPECT_EQ(made.status().code(), StatusCode::kInvalidArgument);
+  }
+  std::vector<int64_t> fits{0, kMax};
+  EXPECT_TRUE(Shape::make(fits).is_ok());
+  EXPECT_EQ((Shape{kMax, kMax, 0}).num_elements(), 0);
+  EXPECT_EQ((Shape{0, kMax, kMax}).num_elements(), 0);
+  EXPECT_EQ((Shape{kMax, 2}).num_elements(), kMax);  // saturates
 }
 
 TEST(TensorTest, ConstructorsAndAccess) {
@@ -166,10 +184,42 @@ TEST(TensorTest, AllocateValidates) {
   EXPECT_TRUE(Tensor::allocate(DType::kFloat32, Shape{0, 5}).is_ok());
 }
 
+TEST(TensorTest, AllocateTreatsAZeroAlikeWhereverItStands) {
+  constexpr int64_t kBig = int64_t{1} << 62;
+  for (const Shape& shape : {Shape{kBig, 1, 0}, Shape{0, kBig, 1}, Shape{1, 0, kBig}}) {
+    EXPECT_EQ(Tensor::allocate(DType::kFloat32, shape).status().code(),
+              StatusCode::kResourceExhausted)
+        << shape;
+  }
+  auto empty = Tensor::allocate(DType::kFloat32, Shape{1 << 20, 1 << 20, 0});
+  ASSERT_TRUE(empty.is_ok());
+  EXPECT_EQ(empty->num_elements(), 0);
+  EXPECT_EQ(empty->byte_size(), 0u);
+}
+
 TEST(TensorTest, Printing) {
   EXPECT_EQ(Tensor(2.5f).to_string(), "float32[] 2.5");
   EXPECT_EQ(Tensor::matrix<int32_t>({{1, 2}, {3, 4}}).to_string(), "int32[2,2] [[1, 2], [3, 4]]");
   EXPECT_EQ(Tensor({1, 2, 3, 4}).to_string(2), "int32[4] [1, 2, ...]");
+}
+
+// Empty lists count against the limit: the text of a zero-element tensor is
+// bounded for any shape (before, [10^5,10^5,0] printed 10^10 "[]"; the shapes
+// here are smaller so that the test fails fast without the bound).
+TEST(TensorTest, PrintingZeroElementTensorsIsBoundedByTheLimit) {
+  EXPECT_EQ(Tensor::allocate(DType::kFloat32, Shape{0})->to_string(), "float32[0] []");
+  EXPECT_EQ(Tensor::allocate(DType::kFloat32, Shape{2, 0})->to_string(), "float32[2,0] [[], []]");
+  EXPECT_EQ(Tensor::allocate(DType::kInt32, Shape{4, 0})->to_string(2), "int32[4,0] [[], [], ...]");
+  EXPECT_EQ(Tensor::allocate(DType::kFloat32, Shape{3, 2, 0})->to_string(3),
+            "float32[3,2,0] [[[], []], [[], ...], ...]");
+  const Tensor huge = *Tensor::allocate(DType::kFloat32, Shape{3000, 3000, 0});
+  EXPECT_LT(huge.to_string(1).size(), 100u) << huge.to_string(1);
+  EXPECT_LT(huge.to_string().size(), 400u);  // the default limit, as in operator<<
+  const Tensor deep = *Tensor::allocate(DType::kBool, Shape{10, 10, 10, 10, 10, 10, 10, 0});
+  EXPECT_LT(deep.to_string(4).size(), 200u) << deep.to_string(4);
+  std::ostringstream os;
+  os << huge;
+  EXPECT_EQ(os.str(), huge.to_string());
 }
 
 TEST(TensorDeathTest, WrongElementTypeAborts) {

@@ -109,7 +109,8 @@ class Shape {
   explicit Shape(std::span<const int64_t> dims);  ///< aborts past kMaxRank
 
   /// Validating constructor for untrusted input: rank <= kMaxRank, every
-  /// dimension >= -1, element count does not overflow int64.
+  /// dimension >= -1, the product of the non-zero dimensions fits int64
+  /// (wherever a 0 stands: [0,M,M] is refused like [M,M,0]).
   static Result<Shape> make(std::span<const int64_t> dims);
   /// A shape of unknown rank.
   static Shape unknown() {
@@ -137,7 +138,8 @@ class Shape {
 
   /// True when the rank and every dimension are known.
   bool is_fully_defined() const;
-  /// Product of dimensions; -1 when not fully defined.
+  /// Product of dimensions; -1 when not fully defined; 0 when a dimension
+  /// is 0 (wherever it stands); saturates at INT64_MAX.
   int64_t num_elements() const;
   /// True if some fully defined shape could match both.
   bool is_compatible_with(const Shape& other) const;
@@ -179,7 +181,8 @@ class Tensor {
   /// representable; aborts otherwise (use allocate() for untrusted sizes).
   Tensor(DType dtype, const Shape& shape);
   /// Validating form: InvalidArgument for bad shapes, ResourceExhausted when
-  /// the allocation fails. Contents are zero.
+  /// the allocation fails or the byte size of the non-zero dimensions
+  /// passes INT64_MAX / 2 (also for a shape holding a 0). Contents are zero.
   static Result<Tensor> allocate(DType dtype, const Shape& shape);
   /// Storage left uninitialized (kernels that overwrite every element).
   static Result<Tensor> allocate_uninitialized(DType dtype, const Shape& shape);
@@ -305,7 +308,9 @@ class Tensor {
   /// Same dtype and shape, and |a - b| <= atol + rtol * |b| elementwise.
   bool all_close(const Tensor& other, double rtol = 1e-5, double atol = 1e-8) const;
 
-  /// "float32[2,2] [[1, 2], [3, 4]]", elided past `max_elements`.
+  /// "float32[2,2] [[1, 2], [3, 4]]", elided ("...") past `max_elements`.
+  /// An empty innermost list ("[]") counts as one element, so the text is
+  /// bounded by `max_elements` for any shape, zero-element ones included.
   std::string to_string(int64_t max_elements = 32) const;
   /// "float32[2,2]".
   std::string debug_type() const;
