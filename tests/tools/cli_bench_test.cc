@@ -92,6 +92,44 @@ TEST_F(CliTest, BenchErrors) {
                "feed 'x'");
 }
 
+// --threads and --seconds are bounded: 100000 threads once aborted
+// (std::terminate, a thread that could not start), 2147483647 threw
+// bad_alloc, and --seconds 1e300 overflowed the deadline and ran nothing.
+TEST_F(CliTest, BenchBoundsThreadsAndSeconds) {
+  const std::string g = kTf + "/const_plus_placeholder_add.pbtxt";
+  for (const char* threads : {"1025", "100000", "2147483647", "-1"}) {
+    expect_error(run({"bench", g, "--feed", "x=1,2,3", "--fetch", "add", "--threads", threads,
+                      "--runs", "10", "--no-progress"}),
+                 2, std::string("--threads ") + threads + ": must be from 1 to 1024");
+  }
+  for (const char* seconds : {"1e300", "604801", "inf", "nan", "-1"}) {
+    expect_error(run({"bench", g, "--feed", "x=1,2,3", "--fetch", "add", "--seconds", seconds,
+                      "--no-progress"}),
+                 2, "--seconds ");
+  }
+  const auto o = run({"bench", g, "--feed", "x=1,2,3", "--fetch", "add", "--threads", "1024",
+                      "--runs", "2048", "--warmup", "0", "--json"});
+  EXPECT_EQ(o.code, 0) << o.err;
+  EXPECT_THAT(o.out, HasSubstr("\"threads\": 1024, \"runs\": 2048,"));
+}
+
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+// A thread the system refuses (here: address space for its stack) is an
+// error naming the thread, exit 1, not an abort. A huge --runs does not
+// reserve memory for itself either.
+TEST_F(CliTest, BenchThreadsTheSystemRefusesExit1) {
+  const std::string g = kTf + "/const_plus_placeholder_add.pbtxt";
+  const auto o = run_with_env(
+      "ulimit -v 3000000;", {"bench", g, "--feed", "x=1,2,3", "--fetch", "add", "--threads", "1024",
+                             "--runs", "9223372036854775807", "--no-progress"});
+  EXPECT_EQ(o.signal, 0) << o.err;
+  EXPECT_EQ(o.code, 1) << o.err;
+  EXPECT_THAT(o.err,
+              ::testing::StartsWith("graphrun: --threads 1024: cannot start client thread "));
+  EXPECT_EQ(std::count(o.err.begin(), o.err.end(), '\n'), 1) << o.err;
+}
+#endif
+
 TEST(BenchSummaryTest, NearestRankPercentiles) {
   std::vector<int64_t> ns;
   for (int64_t i = 1; i <= 100; ++i) ns.push_back(i * 1000);

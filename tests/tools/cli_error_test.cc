@@ -3,14 +3,20 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tests/graphdef/nested_graph_def.h"
 #include "tests/tools/cli_runner.h"
+#include "tools/graphrun/cli.h"
 #include "tools/graphrun/npy.h"
 
 namespace graphrun {
@@ -176,6 +182,125 @@ TEST_F(CliErrorTest, NpyDeclaringAHugeShapeExits1) {
       "{'descr': '<f4', 'fortran_order': False, 'shape': (100000000000, 100000000000), }",
       std::string(12, '\0'));
   expect_error(run({"run", g, "--feed", "x=@" + y, "--fetch", "add"}), 1, y + ": shape");
+}
+
+// The probe's "more elements than int64 counts" shape: 0 and two INT64_MAX.
+TEST_F(CliErrorTest, NpyShapesAreJudgedWhereverTheZeroStands) {
+  const std::string g = kTf + "/const_plus_placeholder_add.pbtxt";
+  const std::string x = (dir_ / "zero_first.npy").string();
+  std::ofstream(x, std::ios::binary) << npy_file(
+      "{'descr': '<f4', 'fortran_order': False, 'shape': (0, 9223372036854775807, "
+      "9223372036854775807), }",
+      "");
+  expect_error(run({"run", g, "--feed", "x=@" + x, "--fetch", "add"}), 1,
+               x + ": shape [0,9223372036854775807,9223372036854775807] has more elements than "
+                   "int64 can count");
+  // Zero elements, but 2^64 bytes of the other dimensions: named.
+  const std::string y = (dir_ / "too_large.npy").string();
+  std::ofstream(y, std::ios::binary) << npy_file(
+      "{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, 1, 0), }", "");
+  expect_error(run({"run", g, "--feed", "x=@" + y, "--fetch", "add"}), 1,
+               y + ": tensor float32[4611686018427387904,1,0] is too large");
+}
+
+std::string const_graph(const std::string& name, const std::vector<int64_t>& dims) {
+  std::string shape;
+  for (const int64_t d : dims) shape += fmt::format("dim {{ size: {} }} ", d);
+  return fmt::format(
+      "node {{ name: \"{}\" op: \"Const\" attr {{ key: \"dtype\" value {{ type: DT_FLOAT }} }} "
+      "attr {{ key: \"value\" value {{ tensor {{ dtype: DT_FLOAT tensor_shape {{ {}}} }} }} }} "
+      "}}\n",
+      name, shape);
+}
+
+// A Const of [M,M,0] and of [0,M,M] (M = INT64_MAX) are refused alike; the
+// second was accepted and written as a .npy graphrun then refused to read.
+TEST_F(CliErrorTest, ConstShapesAreJudgedWhereverTheZeroStands) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  for (const std::vector<int64_t>& dims :
+       std::vector<std::vector<int64_t>>{{kMax, kMax, 0}, {0, kMax, kMax}, {kMax, 0, kMax}}) {
+    const std::string g = (dir_ / "g.pbtxt").string();
+    std::ofstream(g) << const_graph("c", dims);
+    expect_error(run({"run", g, "--fetch", "c", "--out-dir", (dir_ / "od").string()}), 1,
+                 "more elements than int64 can count");
+  }
+}
+
+// A zero-element fetch prints within --print-limit (before: [10^8,0] printed
+// 400 MB, [10^5,10^5,0] never ended) and round-trips through --out-dir.
+TEST_F(CliErrorTest, ZeroElementFetchesPrintWithinTheLimit) {
+  const std::string g = (dir_ / "g.pbtxt").string();
+  std::ofstream(g) << const_graph("c", {3000, 3000, 0}) + const_graph("d", {0, 1 << 29, 1 << 30});
+  const std::string od = (dir_ / "od").string();
+  const auto o =
+      run({"run", g, "--fetch", "c", "--fetch", "d", "--print-limit", "1", "--out-dir", od});
+  ASSERT_EQ(o.code, 0) << o.err;
+  EXPECT_EQ(o.out,
+            "c: float32[3000,3000,0] [[[], ...], ...] (1 of 9000000 empty lists shown)\n"
+            "d: float32[0,536870912,1073741824] []\n");
+  // graphrun reads back what it wrote.
+  const std::string g2 = (dir_ / "g2.pbtxt").string();
+  std::ofstream(g2) << "node { name: \"x\" op: \"Placeholder\" attr { key: \"dtype\" value { "
+                       "type: DT_FLOAT } } }\n";
+  for (const char* name : {"c", "d"}) {
+    const auto back =
+        run({"run", g2, "--feed", fmt::format("x=@{}/{}.npy", od, name), "--fetch", "x"});
+    EXPECT_EQ(back.code, 0) << back.err;
+  }
+}
+
+// Empty output paths are usage errors naming the option, not silently
+// ignored.
+TEST_F(CliErrorTest, EmptyOutputPathsExit2) {
+  const std::string g = kTf + "/const_sum_axis1.pbtxt";
+  expect_error(run({"run", g, "--fetch", "Sum", "--out-dir", ""}), 2, "--out-dir");
+  expect_error(run({"run", g, "--fetch", "Sum", "--trace", ""}), 2, "--trace");
+  expect_error(run({"run", g, "--fetch", "Sum", "--out-dir", "", "--trace", ""}), 2,
+               "the path is empty");
+  expect_error(run({"dot", g, "-o", ""}), 2, "--out");
+  expect_error(run({"dot", g, "--svg", ""}), 2, "--svg");
+}
+
+// A node name escaping past NAME_MAX gets a shortened file name (before:
+// "File name too long" after the values were printed).
+TEST_F(CliErrorTest, LongNodeNamesGetShortenedOutputFiles) {
+  std::string name;
+  for (int i = 0; i < 100; ++i) name += "a/";
+  name += 'x';
+  const std::string g = (dir_ / "g.pbtxt").string();
+  std::ofstream(g) << fmt::format(
+      "node {{ name: \"{}\" op: \"Const\" attr {{ key: \"dtype\" value {{ type: DT_FLOAT }} }} "
+      "attr {{ key: \"value\" value {{ tensor {{ dtype: DT_FLOAT tensor_shape {{ }} float_val: "
+      "1 }} }} }} }}\n",
+      name);
+  const std::string od = (dir_ / "od").string();
+  const auto o = run({"run", g, "--fetch", name, "--out-dir", od});
+  ASSERT_EQ(o.code, 0) << o.err;
+  const std::filesystem::path file = std::filesystem::path(od) / cli::output_file_name(name);
+  EXPECT_TRUE(std::filesystem::is_regular_file(file)) << file;
+  EXPECT_LE(file.filename().string().size(), 255u);
+  auto back = npy::read_file(file);
+  ASSERT_TRUE(back.is_ok()) << back.status().to_string();
+  EXPECT_EQ(back->scalar<float>(), 1.0f);
+}
+
+// A cycle of 20,000 nodes: the error line is cut, not 250 kB long.
+TEST_F(CliErrorTest, LongCycleErrorIsCut) {
+  const std::string g = (dir_ / "cycle.pbtxt").string();
+  {
+    std::ofstream out(g);
+    constexpr int kNodes = 20000;
+    for (int i = 0; i < kNodes; ++i) {
+      out << fmt::format(
+          "node {{ name: \"n{}\" op: \"Identity\" input: \"n{}\" attr {{ key: \"T\" value {{ "
+          "type: DT_FLOAT }} }} }}\n",
+          i, (i + kNodes - 1) % kNodes);
+    }
+  }
+  const auto o = run({"run", g, "--fetch", "n5"});
+  expect_error(o, 1, "is on a cycle of inputs");
+  EXPECT_LT(o.err.size(), cli::kMaxErrorMessageBytes + 200);
+  EXPECT_THAT(o.err, HasSubstr(" <- ... and "));
 }
 
 TEST_F(CliErrorTest, OutputPathsThatCannotBeWrittenExit1) {

@@ -1,7 +1,11 @@
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "tools/graphrun/cli.h"
 
@@ -43,12 +47,38 @@ TEST(CliValuesTest, DtypeErrorsNameTheFeedAndDtype) {
   EXPECT_THAT(r.status().message(), HasSubstr("feed 'x': '1.5' is not a valid int32 value"));
   r = value("3000000000", DType::kInt32);
   ASSERT_FALSE(r.is_ok());
-  EXPECT_THAT(r.status().message(), HasSubstr("'3000000000' is not a valid int32"));
+  EXPECT_THAT(r.status().message(), HasSubstr("'3000000000' is out of int32 range"));
   r = value("true", DType::kFloat32);
   ASSERT_FALSE(r.is_ok());
   r = value("2", DType::kBool);
   ASSERT_FALSE(r.is_ok());
   EXPECT_THAT(r.status().message(), HasSubstr("'2' is not a valid bool value"));
+}
+
+// Underflow rounds (to a denormal or a signed 0), as NumPy does; overflow is
+// "out of range", not "not a valid value" or a syntax error.
+TEST(CliValuesTest, FloatUnderflowRoundsAndOverflowIsOutOfRange) {
+  EXPECT_EQ(value("1e-40", DType::kFloat32)->scalar<float>(), 1e-40f);  // a denormal
+  auto tiny = value("1e-50,-1e-50,1", DType::kFloat32);
+  ASSERT_TRUE(tiny.is_ok()) << tiny.status().to_string();
+  EXPECT_EQ(tiny->flat<float>()[0], 0.0f);
+  EXPECT_TRUE(std::signbit(tiny->flat<float>()[1]));
+  EXPECT_EQ(value("1e-400", DType::kFloat64)->scalar<double>(), 0.0);
+  EXPECT_EQ(value("1e-50", DType::kFloat64)->scalar<double>(), 1e-50);
+  for (const auto& [text, dtype] :
+       std::vector<std::pair<std::string, DType>>{{"1e39", DType::kFloat32},
+                                                  {"-1e39", DType::kFloat32},
+                                                  {"1e400", DType::kFloat64},
+                                                  {"1e400", DType::kFloat32},
+                                                  {"99999999999999999999", DType::kInt64},
+                                                  {"3000000000", DType::kInt32}}) {
+    auto r = value(text, dtype);
+    ASSERT_FALSE(r.is_ok()) << text;
+    EXPECT_THAT(r.status().message(),
+                HasSubstr(fmt::format("feed 'x': '{}' is out of {} range", text, dtype)));
+  }
+  // 1e400 is a number (syntax); only the dtype makes it out of range.
+  EXPECT_TRUE(parse_value_literal("1e400,1").is_ok());
 }
 
 TEST(CliValuesTest, SyntaxErrorsArePositional) {
@@ -98,6 +128,40 @@ TEST(CliOutputTest, FileNamesAreEscaped) {
   EXPECT_EQ(output_file_name("../x%"), "..%2Fx%25.npy");
 }
 
+// Escaped names past NAME_MAX are shortened: a prefix, '~', a hash of the
+// whole name; names that fit are kept.
+TEST(CliOutputTest, LongFileNamesAreShortenedWithAHash) {
+  const std::string fits(kMaxOutputFileNameBytes - 4, 'a');
+  EXPECT_EQ(output_file_name(fits), fits + ".npy");
+  std::string probe;  // "a/a/.../x", 201 bytes: 399 escaped
+  for (int i = 0; i < 100; ++i) probe += "a/";
+  probe += 'x';
+  const std::string name = output_file_name(probe);
+  EXPECT_LE(name.size(), kMaxOutputFileNameBytes);
+  EXPECT_TRUE(name.ends_with(".npy")) << name;
+  EXPECT_TRUE(name.starts_with("a%2Fa%2F")) << name;
+  EXPECT_EQ(name.find('/'), std::string::npos);
+  EXPECT_EQ(name.size() - name.rfind('~'), 1 + 16 + 4u) << name;
+  EXPECT_EQ(output_file_name(probe), name);  // deterministic
+  // Names differing only past the prefix differ.
+  std::string other = probe;
+  other.back() = 'y';
+  EXPECT_NE(output_file_name(other), name);
+  const std::string longer = fits + "a";
+  EXPECT_LE(output_file_name(longer).size(), kMaxOutputFileNameBytes);
+  EXPECT_NE(output_file_name(longer), fits + ".npy");
+  // A cut never splits a %XX escape: every '%' is followed by two hex digits.
+  for (const int shift : {0, 1, 2}) {
+    const std::string mixed = std::string(static_cast<std::size_t>(shift), 'b') + probe;
+    const std::string n = output_file_name(mixed);
+    const std::string prefix = n.substr(0, n.rfind('~'));
+    for (std::size_t at = prefix.find('%'); at != std::string::npos;
+         at = prefix.find('%', at + 1)) {
+      ASSERT_LE(at + 3, prefix.size()) << n;
+    }
+  }
+}
+
 TEST(CliOutputTest, LongTensorsAreElidedWithACount) {
   EXPECT_EQ(format_fetch("add", Tensor{11.0f, 22.0f, 33.0f}, 32), "add: float32[3] [11, 22, 33]");
   const std::string line = format_fetch("big", Tensor::filled(Shape{100}, int32_t{7}), 4);
@@ -105,6 +169,41 @@ TEST(CliOutputTest, LongTensorsAreElidedWithACount) {
   EXPECT_THAT(line, HasSubstr("(4 of 100 elements shown)"));
   EXPECT_THAT(format_fetch("big", Tensor::filled(Shape{100}, int32_t{7}), 0),
               ::testing::Not(HasSubstr("...")));
+}
+
+// A zero-element tensor's empty lists count against the limit (before, a
+// [10^8,0] Const printed 400 MB with --print-limit 1).
+TEST(CliOutputTest, ZeroElementTensorsAreElidedWithACount) {
+  const Tensor empty = *Tensor::allocate(DType::kFloat32, Shape{1000000, 0});
+  EXPECT_EQ(format_fetch("c", empty, 1),
+            "c: float32[1000000,0] [[], ...] (1 of 1000000 "
+            "empty lists shown)");
+  const Tensor huge = *Tensor::allocate(DType::kFloat32, Shape{3000, 3000, 0});
+  EXPECT_LT(format_fetch("c", huge, 32).size(), 400u);
+  EXPECT_THAT(format_fetch("c", huge, 32), HasSubstr("(32 of 9000000 empty lists shown)"));
+  // 0 ("show all") shows all of its 0 elements, and the default of lists.
+  EXPECT_EQ(format_fetch("c", huge, 0), format_fetch("c", huge, kDefaultPrintLimit));
+  EXPECT_EQ(format_fetch("c", *Tensor::allocate(DType::kInt32, Shape{2, 0}), 32),
+            "c: int32[2,0] [[], []]");
+  EXPECT_EQ(format_fetch("c", *Tensor::allocate(DType::kInt32, Shape{0, 5}), 32),
+            "c: int32[0,5] []");
+}
+
+// Error lines are bounded: a cycle of 200,000 nodes once made a 2.5 MB line.
+TEST(CliErrorLineTest, LongMessagesAreCutAtASeparator) {
+  EXPECT_EQ(one_line("a\nb"), "a b");
+  std::string cycle = "node 'n0' (Identity): is on a cycle of inputs: 'n0'";
+  for (int i = 199999; i >= 0; --i) cycle += fmt::format(" <- 'n{}'", i);
+  const std::string line = one_line(cycle);
+  EXPECT_LT(line.size(), kMaxErrorMessageBytes + 100);
+  EXPECT_TRUE(line.starts_with("node 'n0' (Identity): is on a cycle of inputs: 'n0' <- 'n199999'"));
+  EXPECT_THAT(line, ::testing::MatchesRegex(".*'n[0-9]+' <- \\.\\.\\. and [0-9]+ more \\([0-9]+ "
+                                            "bytes of the message left out\\)"));
+  const std::string plain(5000, 'x');
+  EXPECT_EQ(one_line(plain),
+            std::string(kMaxErrorMessageBytes, 'x') + " ... (3000 bytes of the message left out)");
+  const std::string short_message(kMaxErrorMessageBytes, 'y');
+  EXPECT_EQ(one_line(short_message), short_message);
 }
 
 TEST(CliTraceTest, EscapesNamesAndEmitsMetadata) {

@@ -96,6 +96,41 @@ TEST(NpyErrorTest, RejectsMalformedHeader) {
   EXPECT_THAT(t.status().message(), HasSubstr("unsupported .npy format version 4.0"));
 }
 
+// Dimensions up to INT64_MAX are read; Shape::make then judges the product,
+// wherever a 0 stands (before, INT64_MAX itself was "dimension too large",
+// so graphrun could not read a shape it wrote). Allocation errors name the
+// file.
+TEST(NpyErrorTest, ShapesAreJudgedWhereverTheZeroStands) {
+  auto t = npy::parse(npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (0, "
+                                "9223372036854775807, 9223372036854775807), }",
+                                ""),
+                      "z.npy");
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("z.npy: shape [0,9223372036854775807,"
+                                              "9223372036854775807] has more elements than int64"));
+  t = npy::parse(npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': "
+                           "(9223372036854775808,), }",
+                           ""),
+                 "o.npy");
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_THAT(t.status().message(), HasSubstr("o.npy: malformed .npy header at byte"));
+  EXPECT_THAT(t.status().message(), HasSubstr("dimension too large"));
+  t = npy::parse(npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': "
+                           "(4611686018427387904, 1, 0), }",
+                           ""),
+                 "l.npy");
+  ASSERT_FALSE(t.is_ok());
+  EXPECT_THAT(t.status().message(),
+              HasSubstr("l.npy: tensor float32[4611686018427387904,1,0] is too large"));
+  t = npy::parse(npy_bytes("{'descr': '<i4', 'fortran_order': False, 'shape': (0, "
+                           "536870912, 1073741824), }",
+                           ""),
+                 "e.npy");
+  ASSERT_TRUE(t.is_ok()) << t.status().to_string();
+  EXPECT_EQ(t->shape(), (Shape{0, 536870912, 1073741824}));
+  EXPECT_EQ(npy::parse(npy::serialize(*t))->shape(), t->shape());
+}
+
 // read_file checks the file before reading it: a regular file whose size is
 // the header plus exactly the data the header declares.
 TEST(NpyErrorTest, ReadFileRefusesWhatIsNotARegularFile) {

@@ -13,6 +13,8 @@
 #include <condition_variable>
 #include <mutex>
 #include <optional>
+#include <string>
+#include <system_error>
 #include <thread>
 #include <utility>
 
@@ -122,11 +124,14 @@ int bench_command(const BenchArgs& args, std::FILE* out, std::FILE* err) {
     return code;
   };
   // Usage: what the command line alone shows to be wrong.
-  if (args.threads < 1)
-    return fail(kExitUsage, fmt::format("--threads {}: must be >= 1", args.threads));
+  if (args.threads < 1 || args.threads > kMaxBenchThreads) {
+    return fail(kExitUsage,
+                fmt::format("--threads {}: must be from 1 to {}", args.threads, kMaxBenchThreads));
+  }
   if (args.runs < 0) return fail(kExitUsage, fmt::format("--runs {}: must be >= 1", args.runs));
-  if (args.seconds < 0 || !std::isfinite(args.seconds)) {
-    return fail(kExitUsage, fmt::format("--seconds {}: must be > 0", args.seconds));
+  if (args.seconds < 0 || !std::isfinite(args.seconds) || args.seconds > kMaxBenchSeconds) {
+    return fail(kExitUsage, fmt::format("--seconds {}: must be > 0 and at most {:g} (a week)",
+                                        args.seconds, kMaxBenchSeconds));
   }
   if ((args.runs > 0) == (args.seconds > 0)) {
     return fail(kExitUsage, "give exactly one of --runs N and --seconds S");
@@ -204,16 +209,14 @@ int bench_command(const BenchArgs& args, std::FILE* out, std::FILE* err) {
   std::barrier start_line(static_cast<std::ptrdiff_t>(threads + 1));
   const auto budget =
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(args.seconds));
-  auto client = [&](Worker& w) {
-    std::vector<Tensor> feeds = feed_values;  // shares the parsed buffers (read-only)
-    std::vector<Tensor> fetches(callable->num_fetches());
-    for (int64_t i = 0; i < args.warmup && w.status.is_ok(); ++i) {
-      w.status = callable->run(feeds, fetches);
-    }
-    if (!w.status.is_ok()) stop.store(true);
-    start_line.arrive_and_wait();
+  // The timed loop of one client thread.
+  auto timed_runs = [&](Worker& w, std::vector<Tensor>& feeds, std::vector<Tensor>& fetches) {
     if (args.runs > 0) {
-      w.latencies_ns.reserve(static_cast<std::size_t>(args.runs) / threads + 1);
+      // Bounded: --runs may be far more than the runs this thread makes
+      // (the vector grows past it as needed).
+      constexpr std::size_t kMaxReserve = std::size_t{1} << 16;
+      w.latencies_ns.reserve(
+          std::min(static_cast<std::size_t>(args.runs) / threads + 1, kMaxReserve));
     }
     const Clock::time_point deadline = Clock::now() + budget;
     // relaxed (stop, next_run): a flag and a ticket counter; no data is
@@ -236,9 +239,41 @@ int bench_command(const BenchArgs& args, std::FILE* out, std::FILE* err) {
       w.done.store(w.done.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     }
   };
+  auto client = [&](Worker& w) {
+    std::vector<Tensor> feeds = feed_values;  // shares the parsed buffers (read-only)
+    std::vector<Tensor> fetches(callable->num_fetches());
+    for (int64_t i = 0; i < args.warmup && w.status.is_ok(); ++i) {
+      w.status = callable->run(feeds, fetches);
+    }
+    if (!w.status.is_ok()) stop.store(true);
+    start_line.arrive_and_wait();
+    // No exception may leave a client thread (std::terminate): running out
+    // of memory for the latencies is this thread's error.
+    try {
+      timed_runs(w, feeds, fetches);
+    } catch (const std::bad_alloc&) {
+      w.status =
+          resource_exhausted("client thread out of memory after {} runs", w.latencies_ns.size());
+      stop.store(true);
+    }
+  };
   std::vector<std::thread> pool;
   pool.reserve(threads);
-  for (Worker& w : workers) pool.emplace_back(client, std::ref(w));
+  std::string spawn_error;
+  for (Worker& w : workers) {
+    try {
+      pool.emplace_back(client, std::ref(w));
+    } catch (const std::system_error& e) {
+      // The system refused a thread (a process or memory limit): the
+      // started ones are stopped and joined, the missing ones' arrivals
+      // made for them so that the barrier opens.
+      spawn_error = fmt::format("--threads {}: cannot start client thread {}: {}", args.threads,
+                                pool.size() + 1, e.what());
+      stop.store(true);
+      (void)start_line.arrive(static_cast<std::ptrdiff_t>(threads - pool.size()));
+      break;
+    }
+  }
   start_line.arrive_and_wait();
   const Clock::time_point t0 = Clock::now();
   std::optional<Progress> progress;
@@ -249,6 +284,7 @@ int bench_command(const BenchArgs& args, std::FILE* out, std::FILE* err) {
   for (std::thread& t : pool) t.join();
   const double seconds = static_cast<double>(ns_since(t0)) / 1e9;
   if (progress) progress->finish();
+  if (!spawn_error.empty()) return fail(kExitRuntime, spawn_error);
   for (const Worker& w : workers) {
     if (!w.status.is_ok()) {
       return fail(kExitRuntime, fmt::format("run failed: {}", w.status.to_string()));

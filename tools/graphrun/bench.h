@@ -26,6 +26,12 @@ struct LatencySummary {
 };
 LatencySummary summarize_latencies(std::span<const int64_t> sorted_ns);
 
+// The most client threads `--threads` takes (one std::thread each).
+inline constexpr int kMaxBenchThreads = 1024;
+// The longest `--seconds` (a week): the deadline is computed on the steady
+// clock in nanoseconds, which 1e300 s would overflow.
+inline constexpr double kMaxBenchSeconds = 7 * 24 * 3600.0;
+
 // `graphrun bench`'s arguments, as given on the command line.
 struct BenchArgs {
   std::string graph;

@@ -8,6 +8,8 @@
 #include <algorithm>
 #include <cerrno>
 #include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 #include <optional>
@@ -38,20 +40,52 @@ std::vector<std::string_view> split(std::string_view s, char sep) {
   }
 }
 
-// from_chars over the whole token (a leading '+' allowed).
+// from_chars over the whole token (a leading '+' allowed): std::errc() when
+// it is a number of T, result_out_of_range when it is a number T cannot
+// hold, invalid_argument when it is not a number.
+template <typename T>
+std::errc parse_number_ec(std::string_view token, T& value) {
+  if (token.starts_with('+')) token.remove_prefix(1);
+  if (token.empty()) return std::errc::invalid_argument;
+  const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
+  if (end != token.data() + token.size()) return std::errc::invalid_argument;
+  return ec;
+}
+
 template <typename T>
 bool parse_number(std::string_view token, T& value) {
-  if (token.starts_with('+')) token.remove_prefix(1);
-  if (token.empty()) return false;
-  const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
-  return ec == std::errc() && end == token.data() + token.size();
+  return parse_number_ec(token, value) == std::errc();
+}
+
+// A floating-point token as T. from_chars reports underflow (1e-50 for
+// float32) and overflow (1e39) alike as out of range; strtod tells them
+// apart. Underflow rounds to a denormal or a signed 0, as NumPy and C do;
+// overflow is an error. Returns false when `token` is not a number,
+// `out_of_range` set when it is one past T's largest finite value.
+template <typename T>
+bool parse_float(const std::string& token, T& value, bool& out_of_range) {
+  out_of_range = false;
+  const std::errc ec = parse_number_ec(std::string_view(token), value);
+  if (ec == std::errc()) return true;
+  if (ec != std::errc::result_out_of_range) return false;
+  // The token is a well-formed number (from_chars matched all of it).
+  const long double wide = std::strtold(token.c_str(), nullptr);
+  if (std::isinf(wide) || std::fabs(wide) > std::numeric_limits<T>::max()) {
+    out_of_range = true;
+    return false;
+  }
+  value = static_cast<T>(wide);  // below T's smallest normal: a denormal or 0
+  return true;
 }
 
 bool is_bool_token(std::string_view t) { return t == "true" || t == "false"; }
 
+// Syntax only: a number (also one no dtype can hold, such as 1e400: the
+// dtype decides later, with an "out of range" error) or true/false.
 bool looks_like_value(std::string_view token) {
   double d = 0;
-  return is_bool_token(token) || parse_number(token, d);
+  const std::errc ec = parse_number_ec(token, d);
+  return is_bool_token(token) || ec == std::errc() || ec == std::errc::result_out_of_range;
 }
 
 // Recursive descent over nested brackets.
@@ -162,6 +196,10 @@ Status convert_tokens(const ValueLiteral& lit, Tensor& t, std::string_view feed)
           "feed '{}': '{}' is not a valid {} value (the dtype declared for '{}')", feed, tok, dtype,
           feed);
     };
+    auto range = [&] {
+      return invalid_argument("feed '{}': '{}' is out of {} range (the dtype declared for '{}')",
+                              feed, tok, dtype, feed);
+    };
     if constexpr (std::is_same_v<T, bool>) {
       if (tok == "true" || tok == "1") {
         out[i] = true;
@@ -171,10 +209,13 @@ Status convert_tokens(const ValueLiteral& lit, Tensor& t, std::string_view feed)
         return bad();
       }
     } else if constexpr (std::is_floating_point_v<T>) {
-      if (!parse_number(std::string_view(tok), out[i])) return bad();
+      bool out_of_range = false;
+      if (!parse_float(tok, out[i], out_of_range)) return out_of_range ? range() : bad();
     } else {
       T v{};
-      if (!parse_number(std::string_view(tok), v)) return bad();
+      const std::errc ec = parse_number_ec(std::string_view(tok), v);
+      if (ec == std::errc::result_out_of_range) return range();
+      if (ec != std::errc()) return bad();
       out[i] = v;
     }
   }
@@ -202,10 +243,42 @@ void append_unique(std::vector<T>& to, const T& v) {
 
 }  // namespace
 
-// Error messages stay on one line.
+// Error messages stay on one line, and a bounded one: past
+// kMaxErrorMessageBytes the message is cut at a list separator (" <- " of a
+// cycle, ", ") and says how much was left out.
 std::string one_line(std::string s) {
   std::replace(s.begin(), s.end(), '\n', ' ');
-  return s;
+  if (s.size() <= kMaxErrorMessageBytes) return s;
+  const std::string_view all(s);
+  const std::string_view head = all.substr(0, kMaxErrorMessageBytes);
+  std::string_view separator = " <- ";
+  std::size_t cut = head.rfind(separator);
+  if (cut == std::string_view::npos || cut < kMaxErrorMessageBytes / 2) {
+    separator = ", ";
+    cut = head.rfind(separator);
+  }
+  if (cut == std::string_view::npos || cut < kMaxErrorMessageBytes / 2) {
+    separator = {};
+    cut = kMaxErrorMessageBytes;
+    // Not inside a UTF-8 sequence.
+    while (cut > 0 && (static_cast<unsigned char>(all[cut]) & 0xC0) == 0x80) --cut;
+  }
+  const std::string_view rest = all.substr(cut);
+  std::size_t items = 0;
+  if (!separator.empty()) {
+    for (std::size_t at = rest.find(separator); at != std::string_view::npos;
+         at = rest.find(separator, at + separator.size())) {
+      ++items;
+    }
+  }
+  std::string out(all.substr(0, cut));
+  if (items > 0) {
+    out += fmt::format("{}... and {} more ({} bytes of the message left out)", separator, items,
+                       rest.size());
+  } else {
+    out += fmt::format(" ... ({} bytes of the message left out)", rest.size());
+  }
+  return out;
 }
 
 std::string json_escape(std::string_view s) {
@@ -391,6 +464,7 @@ Result<StepSpec> parse_step(std::string_view text) {
 
 std::string output_file_name(std::string_view tensor_name) {
   std::string out;
+  out.reserve(tensor_name.size() + 4);
   for (const char c : tensor_name) {
     const auto u = static_cast<unsigned char>(c);
     if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' ||
@@ -400,14 +474,46 @@ std::string output_file_name(std::string_view tensor_name) {
       out += fmt::format("%{:02X}", u);
     }
   }
-  return out + ".npy";
+  if (out.size() + 4 <= kMaxOutputFileNameBytes) return out + ".npy";
+  // Too long for a file name (NAME_MAX): a prefix, then '~' (never in an
+  // escaped name, so no shortened name equals an unshortened one) and the
+  // FNV-1a 64-bit hash of the whole tensor name, in 16 hex digits.
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  for (const char c : tensor_name) {
+    hash ^= static_cast<unsigned char>(c);
+    hash *= 0x100000001b3ULL;
+  }
+  std::size_t keep = kMaxOutputFileNameBytes - 4 - 1 - 16;
+  // Not inside a "%XX" escape.
+  if (out[keep - 1] == '%') {
+    keep -= 1;
+  } else if (out[keep - 2] == '%') {
+    keep -= 2;
+  }
+  out.resize(keep);
+  return fmt::format("{}~{:016x}.npy", out, hash);
 }
 
 std::string format_fetch(std::string_view name, const Tensor& value, int64_t limit) {
-  const int64_t shown_limit = limit <= 0 ? std::numeric_limits<int64_t>::max() : limit;
+  // 0 shows every element; a zero-element tensor has none, and its empty
+  // lists (10^10 of them for [10^5,10^5,0]) are shown up to the default.
+  const int64_t unlimited =
+      value.num_elements() == 0 ? kDefaultPrintLimit : std::numeric_limits<int64_t>::max();
+  const int64_t shown_limit = limit <= 0 ? unlimited : limit;
   std::string line = fmt::format("{}: {}", name, value.to_string(shown_limit));
   if (value.num_elements() > shown_limit) {
     line += fmt::format(" ({} of {} elements shown)", shown_limit, value.num_elements());
+  } else if (value.num_elements() == 0 && value.shape().rank() > 1) {
+    // to_string counts each empty list "[]" as one element: there are as
+    // many as the dimensions before the first 0 multiply to (saturated).
+    int64_t lists = 1;
+    for (const int64_t d : value.shape().dims()) {
+      if (d == 0) break;
+      if (__builtin_mul_overflow(lists, d, &lists)) lists = std::numeric_limits<int64_t>::max();
+    }
+    if (lists > shown_limit) {
+      line += fmt::format(" ({} of {} empty lists shown)", shown_limit, lists);
+    }
   }
   return line;
 }

@@ -13,6 +13,7 @@
 #include <graphrun/status.h>
 #include <graphrun/tensor.h>
 
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <span>
@@ -62,11 +63,20 @@ struct StepSpec {
 };
 Result<StepSpec> parse_step(std::string_view text);
 
-// "<name>.npy" with every byte outside [A-Za-z0-9._-] percent-encoded.
+// The longest file name output_file_name returns (Linux's NAME_MAX).
+inline constexpr std::size_t kMaxOutputFileNameBytes = 255;
+// "<name>.npy" with every byte outside [A-Za-z0-9._-] percent-encoded. When
+// that is longer than kMaxOutputFileNameBytes: the escaped name's first 234
+// bytes (less, so as not to split a %XX escape), '~', the FNV-1a 64-bit hash
+// of the whole tensor name as 16 hex digits, ".npy".
 std::string output_file_name(std::string_view tensor_name);
 
+// `--print-limit`'s default.
+inline constexpr int64_t kDefaultPrintLimit = 32;
 // "add: float32[3] [11, 22, 33]", elided past `limit` elements (0: no limit)
-// with "(N of M elements shown)".
+// with "(N of M elements shown)"; a zero-element tensor's empty lists count
+// as elements: "(N of M empty lists shown)", and for it 0 means
+// kDefaultPrintLimit (its elements are all shown; its lists are bounded).
 std::string format_fetch(std::string_view name, const Tensor& value, int64_t limit);
 
 // Step statistics of one call: `step` 0 for a run, K >= 1 for the K-th
@@ -81,7 +91,11 @@ struct TracedCall {
 std::string chrome_trace_json(std::span<const TracedCall> calls, std::string_view process_name);
 
 // Shared by the commands (run, dot, bench).
-// `s` with newlines replaced by spaces: error messages stay on one line.
+// The longest error message one_line returns, before its "left out" note.
+inline constexpr std::size_t kMaxErrorMessageBytes = 2000;
+// `s` with newlines replaced by spaces: error messages stay on one line. A
+// longer message than kMaxErrorMessageBytes is cut at a " <- " or ", "
+// separator: "... and K more (B bytes of the message left out)".
 std::string one_line(std::string s);
 // A JSON string literal (quotes included).
 std::string json_escape(std::string_view s);
@@ -110,7 +124,7 @@ struct RunArgs {
   std::vector<std::string> init;
   std::string out_dir;
   std::string trace;
-  int64_t print_limit = 32;
+  int64_t print_limit = kDefaultPrintLimit;
 };
 // Runs the command: prints fetches to `out`, one error line to `err`;
 // returns the exit code.

@@ -14,6 +14,14 @@
 
 namespace {
 
+// Output paths: an empty one would silently write nothing (a usage error,
+// exit 2, naming the option).
+const CLI::Validator kNonEmptyPath(
+    [](std::string& path) {
+      return path.empty() ? std::string("the path is empty") : std::string();
+    },
+    "PATH");
+
 int run_main(int argc, char** argv) {
   namespace cli = graphrun::cli;
   CLI::App app{"graphrun: run TensorFlow-1-style graph files (GraphDef .pb / .pbtxt)", "graphrun"};
@@ -40,9 +48,11 @@ int run_main(int argc, char** argv) {
   run->add_option("--init", run_args.init,
                   "Node to run first, in a run of its own (e.g. init for variables); repeatable")
       ->allow_extra_args(false);
-  run->add_option("--out-dir", run_args.out_dir, "Also write each fetch to DIR/<name>.npy");
+  run->add_option("--out-dir", run_args.out_dir, "Also write each fetch to DIR/<name>.npy")
+      ->check(kNonEmptyPath);
   run->add_option("--trace", run_args.trace,
-                  "Write per-node step statistics as a Chrome trace (JSON; opens in Perfetto)");
+                  "Write per-node step statistics as a Chrome trace (JSON; opens in Perfetto)")
+      ->check(kNonEmptyPath);
   run->add_option("--print-limit", run_args.print_limit,
                   "Elements printed per fetched tensor (0: all)")
       ->capture_default_str();
@@ -65,8 +75,10 @@ int run_main(int argc, char** argv) {
   dot->add_option("--init", dot_args.init,
                   "With --trace-partial: node to run first, untraced; repeatable")
       ->allow_extra_args(false);
-  dot->add_option("-o,--out", dot_args.out, "Write DOT to this file (default: stdout)");
-  dot->add_option("--svg", dot_args.svg, "Render SVG to this file with Graphviz's dot");
+  dot->add_option("-o,--out", dot_args.out, "Write DOT to this file (default: stdout)")
+      ->check(kNonEmptyPath);
+  dot->add_option("--svg", dot_args.svg, "Render SVG to this file with Graphviz's dot")
+      ->check(kNonEmptyPath);
 
   cli::BenchArgs bench_args;
   CLI::App* bench = app.add_subcommand(
@@ -80,10 +92,15 @@ int run_main(int argc, char** argv) {
       ->allow_extra_args(false);
   bench->add_option("--init", bench_args.init, "Node to run once first (untimed); repeatable")
       ->allow_extra_args(false);
-  bench->add_option("--threads", bench_args.threads, "Client threads calling the session")
+  bench
+      ->add_option(
+          "--threads", bench_args.threads,
+          fmt::format("Client threads calling the session (1 to {})", cli::kMaxBenchThreads))
       ->capture_default_str();
   bench->add_option("--runs", bench_args.runs, "Timed runs in total, across all threads (exact)");
-  bench->add_option("--seconds", bench_args.seconds, "Run for this many seconds instead");
+  bench->add_option(
+      "--seconds", bench_args.seconds,
+      fmt::format("Run for this many seconds instead (at most {:g})", cli::kMaxBenchSeconds));
   bench->add_option("--warmup", bench_args.warmup, "Untimed runs per thread before timing")
       ->capture_default_str();
   bench

@@ -178,8 +178,11 @@ class HeaderParser {
       int64_t v = 0;
       std::size_t digits = 0;
       while (pos_ < s_.size() && s_[pos_] >= '0' && s_[pos_] <= '9') {
-        if (v > (INT64_MAX - 9) / 10) return error("dimension too large");
-        v = v * 10 + (s_[pos_] - '0');
+        // Exact: INT64_MAX itself is a dimension (Shape::make judges the
+        // product), one more is not.
+        const int digit = s_[pos_] - '0';
+        if (v > (INT64_MAX - digit) / 10) return error("dimension too large");
+        v = v * 10 + digit;
         ++pos_;
         ++digits;
       }
@@ -368,13 +371,20 @@ Status read_at(int fd, void* to, std::size_t n, std::size_t offset, std::string_
   return Status::ok();
 }
 
+// The tensor the file's data goes into; errors ("tensor float32[...] is too
+// large") name the file.
+Result<Tensor> allocate_named(const Layout& layout, std::string_view source) {
+  auto t = Tensor::allocate_uninitialized(layout.descr.dtype, layout.shape);
+  if (!t.is_ok()) return t.status().with_prefix(source);
+  return t;
+}
+
 }  // namespace
 
 Result<Tensor> parse(std::string_view bytes, std::string_view source) {
   GRAPHRUN_ASSIGN_OR_RETURN(const Layout layout, parse_layout(bytes, source));
   GRAPHRUN_RETURN_IF_ERROR(check_data_size(layout, bytes.size(), source));
-  GRAPHRUN_ASSIGN_OR_RETURN(Tensor t,
-                            Tensor::allocate_uninitialized(layout.descr.dtype, layout.shape));
+  GRAPHRUN_ASSIGN_OR_RETURN(Tensor t, allocate_named(layout, source));
   if (layout.data_bytes > 0) {
     std::memcpy(t.raw_data(), bytes.data() + layout.data_offset, layout.data_bytes);
   }
@@ -411,8 +421,7 @@ Result<Tensor> read_file(const std::filesystem::path& path) {
   GRAPHRUN_RETURN_IF_ERROR(read_at(fd, head.data(), head.size(), 0, source));
   GRAPHRUN_ASSIGN_OR_RETURN(const Layout layout, parse_layout(head, source));
   GRAPHRUN_RETURN_IF_ERROR(check_data_size(layout, size, source));
-  GRAPHRUN_ASSIGN_OR_RETURN(Tensor t,
-                            Tensor::allocate_uninitialized(layout.descr.dtype, layout.shape));
+  GRAPHRUN_ASSIGN_OR_RETURN(Tensor t, allocate_named(layout, source));
   GRAPHRUN_RETURN_IF_ERROR(
       read_at(fd, t.raw_data(), layout.data_bytes, layout.data_offset, source));
   fix_up_data(layout, t);
