@@ -100,7 +100,11 @@ void PartialRun::install_waiter(int k) {
 
 Status PartialRun::check_usable() const {
   if (!ended_.load(std::memory_order_acquire)) return Status::ok();
-  return end_status_.is_ok() ? invalid_argument("partial run {} is complete", id_) : end_status_;
+  return end_status_.is_ok() ? invalid_argument(
+                                   "partial run {} is complete: every fetch and target of its "
+                                   "setup has been produced",
+                                   id_)
+                             : end_status_;
 }
 
 Result<SessionImpl*> PartialRun::lock_for_call(std::unique_lock<CallLock>& call_lock) {

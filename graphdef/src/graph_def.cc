@@ -470,14 +470,25 @@ class Importer {
         }
       }
     }
+    // A long cycle is named by its first and last kCycleShown nodes and a
+    // count between them, so that the message stays short (a cycle of
+    // 200,000 nodes made a 2.5 MB message).
+    constexpr std::size_t kCycleShown = 8;
+    const auto first = static_cast<std::size_t>(position[static_cast<std::size_t>(at)]);
+    const std::size_t length = path.size() - first;
     std::vector<std::string> names;
-    for (std::size_t k = static_cast<std::size_t>(position[static_cast<std::size_t>(at)]);
-         k < path.size(); ++k) {
+    for (std::size_t k = first; k < path.size(); ++k) {
+      if (length > 2 * kCycleShown && k == first + kCycleShown) {
+        names.push_back(fmt::format("... {} more ...", length - 2 * kCycleShown));
+        k = path.size() - kCycleShown;
+      }
       names.push_back(fmt::format("'{}'", def_.node(path[k]).name()));
     }
     names.push_back(fmt::format("'{}'", def_.node(at).name()));
-    return invalid_argument("{}: is on a cycle of inputs: {} (a <- b: a waits for b)",
-                            describe(def_.node(at)), fmt::join(names, " <- "));
+    return invalid_argument("{}: is on a cycle of inputs{}: {} (a <- b: a waits for b)",
+                            describe(def_.node(at)),
+                            length > 2 * kCycleShown ? fmt::format(" of {} nodes", length) : "",
+                            fmt::join(names, " <- "));
   }
 
   Status add(Graph& graph, int i) {

@@ -195,7 +195,10 @@ struct RemotePartialRunHandle::State {
     }
     return not_found;
   }
-  Status complete_status() const { return invalid_argument("partial run {} is complete", id); }
+  Status complete_status() const {
+    return invalid_argument(
+        "partial run {} is complete: every fetch and target of its setup has been produced", id);
+  }
   Status cancelled_status() const {
     return graphrun::cancelled("partial run {} was cancelled", id);
   }

@@ -1,6 +1,7 @@
 // GraphDef import errors: each is an InvalidArgument (Unimplemented for a
 // TensorFlow feature graphrun lacks) whose message starts with the node,
 // never a crash.
+#include <fmt/format.h>
 #include <google/protobuf/util/message_differencer.h>
 #include <graphrun/graph_def.h>
 #include <graphrun/graphrun.h>
@@ -109,6 +110,35 @@ TEST(GraphDefErrorTest, Cycle) {
   expect_error(R"pb(node { name: "x" op: "NoOp" input: "^y" }
                     node { name: "y" op: "NoOp" input: "^x" })pb",
                StatusCode::kInvalidArgument, "node 'x' (NoOp): ", "'x' <- 'y' <- 'x'");
+}
+
+TEST(GraphDefErrorTest, LongCycleIsNamedByItsEndsAndACount) {
+  // n0 <- n1 <- ... <- n99 <- n0 (control edges).
+  std::string text;
+  for (int i = 0; i < 100; ++i) {
+    text +=
+        fmt::format(R"pb(node { { name: "n{}" op: "NoOp" input: "^n{}" } })pb", i, (i + 1) % 100);
+  }
+  Result<Graph> g = import_text(text);
+  ASSERT_FALSE(g.is_ok());
+  const std::string message = g.status().message();
+  EXPECT_EQ(g.status().code(), StatusCode::kInvalidArgument);
+  EXPECT_TRUE(
+      message.starts_with("node 'n0' (NoOp): is on a cycle of inputs of 100 nodes: 'n0' "
+                          "<- 'n1' <- "))
+      << message;
+  EXPECT_NE(message.find("'n7' <- ... 84 more ... <- 'n92' <- "), std::string::npos) << message;
+  EXPECT_NE(message.find("<- 'n99' <- 'n0' (a <- b: a waits for b)"), std::string::npos) << message;
+  EXPECT_EQ(message.find("'n50'"), std::string::npos) << message;
+  EXPECT_LT(message.size(), 400U) << message;
+  // A cycle of 16 or fewer is named whole.
+  text.clear();
+  for (int i = 0; i < 16; ++i) {
+    text +=
+        fmt::format(R"pb(node { { name: "n{}" op: "NoOp" input: "^n{}" } })pb", i, (i + 1) % 16);
+  }
+  expect_error(text, StatusCode::kInvalidArgument,
+               "node 'n0' (NoOp): is on a cycle of inputs: ", "'n7' <- 'n8' <- 'n9'");
 }
 
 TEST(GraphDefErrorTest, BadAttributes) {

@@ -212,7 +212,9 @@ TYPED_TEST(ConformanceTest, SeedPartialRunRunsTheExpensiveStageOnce) {
   // A completed run: the local message (remotely the server has forgotten
   // the run; RemoteSession maps that to the same answer).
   EXPECT_EQ(s->partial_run(*h, {}, {"y1"}).status(),
-            Status(StatusCode::kInvalidArgument, "partial run " + h->id() + " is complete"));
+            Status(StatusCode::kInvalidArgument,
+                   "partial run " + h->id() +
+                       " is complete: every fetch and target of its setup has been produced"));
 }
 
 TYPED_TEST(ConformanceTest, StatefulOpsRunOncePerPartialRun) {

@@ -298,9 +298,11 @@ TEST_F(CliErrorTest, LongCycleErrorIsCut) {
     }
   }
   const auto o = run({"run", g, "--fetch", "n5"});
-  expect_error(o, 1, "is on a cycle of inputs");
-  EXPECT_LT(o.err.size(), cli::kMaxErrorMessageBytes + 200);
-  EXPECT_THAT(o.err, HasSubstr(" <- ... and "));
+  // The import names a long cycle by its ends and a count (the CLI's own
+  // cut of long lines is CliErrorLineTest's).
+  expect_error(o, 1, "is on a cycle of inputs of 20000 nodes: ");
+  EXPECT_LT(o.err.size(), 1000U);
+  EXPECT_THAT(o.err, HasSubstr(" <- ... 19984 more ... <- "));
 }
 
 TEST_F(CliErrorTest, OutputPathsThatCannotBeWrittenExit1) {

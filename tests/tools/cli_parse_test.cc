@@ -192,6 +192,9 @@ TEST(CliOutputTest, ZeroElementTensorsAreElidedWithACount) {
 // Error lines are bounded: a cycle of 200,000 nodes once made a 2.5 MB line.
 TEST(CliErrorLineTest, LongMessagesAreCutAtASeparator) {
   EXPECT_EQ(one_line("a\nb"), "a b");
+  EXPECT_EQ(one_line("a\r\nb\tc"), "a  b c");
+  // Control bytes (an ANSI escape, 0x01, DEL) never reach the terminal.
+  EXPECT_EQ(one_line("node 'x\x1b[31m\x01\x7f' (NoOp)"), "node 'x\\x1b[31m\\x01\\x7f' (NoOp)");
   std::string cycle = "node 'n0' (Identity): is on a cycle of inputs: 'n0'";
   for (int i = 199999; i >= 0; --i) cycle += fmt::format(" <- 'n{}'", i);
   const std::string line = one_line(cycle);

@@ -246,8 +246,22 @@ void append_unique(std::vector<T>& to, const T& v) {
 // Error messages stay on one line, and a bounded one: past
 // kMaxErrorMessageBytes the message is cut at a list separator (" <- " of a
 // cycle, ", ") and says how much was left out.
-std::string one_line(std::string s) {
-  std::replace(s.begin(), s.end(), '\n', ' ');
+std::string one_line(std::string in) {
+  // Line breaks and tabs become spaces; any other control byte (an ANSI
+  // escape in a node name, say) is shown as \xNN rather than sent to the
+  // terminal.
+  std::string s;
+  s.reserve(in.size());
+  for (const char c : in) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '\n' || c == '\r' || c == '\t') {
+      s += ' ';
+    } else if (u < 0x20 || u == 0x7f) {
+      s += fmt::format("\\x{:02x}", u);
+    } else {
+      s += c;
+    }
+  }
   if (s.size() <= kMaxErrorMessageBytes) return s;
   const std::string_view all(s);
   const std::string_view head = all.substr(0, kMaxErrorMessageBytes);

@@ -93,7 +93,8 @@ std::string chrome_trace_json(std::span<const TracedCall> calls, std::string_vie
 // Shared by the commands (run, dot, bench).
 // The longest error message one_line returns, before its "left out" note.
 inline constexpr std::size_t kMaxErrorMessageBytes = 2000;
-// `s` with newlines replaced by spaces: error messages stay on one line. A
+// `s` with line breaks and tabs replaced by spaces, so that error messages
+// stay on one line, and other control bytes shown as \xNN. A
 // longer message than kMaxErrorMessageBytes is cut at a " <- " or ", "
 // separator: "... and K more (B bytes of the message left out)".
 std::string one_line(std::string s);

@@ -1043,7 +1043,10 @@ Result<std::vector<Tensor>> DistributedSession::partial_run(PartialRun& handle,
   {
     const std::lock_guard lock(st->mu);
     if (st->ended) {
-      return st->first.is_ok() ? invalid_argument("the partial run is complete") : st->first;
+      return st->first.is_ok() ? invalid_argument(
+                                     "the partial run is complete: every fetch and target of its "
+                                     "setup has been produced")
+                               : st->first;
     }
   }
   std::shared_lock read(s.graph_mu);  // an extend may append nodes

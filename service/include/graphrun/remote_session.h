@@ -45,7 +45,7 @@
 ///   without a round trip; a call racing with close() that reaches the server
 ///   after the handle is gone gets the same.
 /// * A partial run the server forgot because it ended: the next call on its
-///   handle returns InvalidArgument "partial run <id> is complete" when every
+///   handle returns InvalidArgument "partial run <id> is complete: ..." when every
 ///   declared fetch was fetched and every target ran, Cancelled "partial run
 ///   <id> was cancelled" after cancel_partial_run, otherwise the error that
 ///   ended it (the handle remembers its last error) or, with a
