@@ -1,7 +1,6 @@
 // GraphDef import errors: each is an InvalidArgument (Unimplemented for a
 // TensorFlow feature graphrun lacks) whose message starts with the node,
 // never a crash.
-#include <fmt/format.h>
 #include <google/protobuf/util/message_differencer.h>
 #include <graphrun/graph_def.h>
 #include <graphrun/graphrun.h>
@@ -114,12 +113,16 @@ TEST(GraphDefErrorTest, Cycle) {
 
 TEST(GraphDefErrorTest, LongCycleIsNamedByItsEndsAndACount) {
   // n0 <- n1 <- ... <- n99 <- n0 (control edges).
-  std::string text;
-  for (int i = 0; i < 100; ++i) {
-    text +=
-        fmt::format(R"pb(node { { name: "n{}" op: "NoOp" input: "^n{}" } })pb", i, (i + 1) % 100);
-  }
-  Result<Graph> g = import_text(text);
+  // A NoOp named n<i> waiting for n<(i + 1) % n>, for every i below n.
+  auto ring = [](int n) {
+    std::string text;
+    for (int i = 0; i < n; ++i) {
+      text += "node { name: \"n" + std::to_string(i) + "\" op: \"NoOp\" input: \"^n" +
+              std::to_string((i + 1) % n) + "\" }\n";
+    }
+    return text;
+  };
+  Result<Graph> g = import_text(ring(100));
   ASSERT_FALSE(g.is_ok());
   const std::string message = g.status().message();
   EXPECT_EQ(g.status().code(), StatusCode::kInvalidArgument);
@@ -132,12 +135,7 @@ TEST(GraphDefErrorTest, LongCycleIsNamedByItsEndsAndACount) {
   EXPECT_EQ(message.find("'n50'"), std::string::npos) << message;
   EXPECT_LT(message.size(), 400U) << message;
   // A cycle of 16 or fewer is named whole.
-  text.clear();
-  for (int i = 0; i < 16; ++i) {
-    text +=
-        fmt::format(R"pb(node { { name: "n{}" op: "NoOp" input: "^n{}" } })pb", i, (i + 1) % 16);
-  }
-  expect_error(text, StatusCode::kInvalidArgument,
+  expect_error(ring(16), StatusCode::kInvalidArgument,
                "node 'n0' (NoOp): is on a cycle of inputs: ", "'n7' <- 'n8' <- 'n9'");
 }
 
