@@ -27,7 +27,7 @@ if ! [[ $seconds =~ ^[0-9]+$ ]]; then
 fi
 jobs=${GRAPHRUN_JOBS:-$(nproc)}
 build=build/fuzz
-targets=(graph_def_binary_fuzz graph_def_text_fuzz tensor_proto_fuzz service_fuzz)
+targets=(graph_def_binary_fuzz graph_def_text_fuzz tensor_proto_fuzz service_fuzz cli_input_fuzz)
 
 GRAPHRUN_WITH_FUZZ_DEPS=1 tools/scripts/install-deps.sh
 
@@ -64,13 +64,14 @@ fi
 
 # Bounds: inputs up to 32 KiB for GraphDefs (the largest fixture is 18 KiB
 # as text) and for service call sequences (the largest seed, the TF conv2d
-# graph in a sequence, is 5 KiB), 4 KiB for TensorProtos; 10 s per
+# graph in a sequence, is 5 KiB), 4 KiB for TensorProtos and for the
+# CLI's inputs (.npy files of a few elements, --feed values); 10 s per
 # input; libFuzzer's default 2 GiB RSS limit (the parser targets skip
 # tensors over 16 MiB, fuzz_support.h; service_fuzz caps each tensor at
 # 1 MiB, service_fuzz.cc). The service's sequences carry GraphDefs, so they
 # get the GraphDef dictionary too.
 declare -A max_len=([graph_def_binary_fuzz]=32768 [graph_def_text_fuzz]=32768
-  [tensor_proto_fuzz]=4096 [service_fuzz]=32768)
+  [tensor_proto_fuzz]=4096 [service_fuzz]=32768 [cli_input_fuzz]=4096)
 declare -A dict=([graph_def_binary_fuzz]=$build/tests/fuzz/graph_def.dict
   [graph_def_text_fuzz]=$build/tests/fuzz/graph_def.dict
   [service_fuzz]=$build/tests/fuzz/graph_def.dict)
