@@ -246,6 +246,7 @@ class Node {
   friend class Graph;
   Node() = default;
   Node(const Node&) = default;
+  Node& operator=(const Node&) = default;  // Graph::clone copies into place
 
   const Graph* graph_ = nullptr;
   int id_ = -1;
