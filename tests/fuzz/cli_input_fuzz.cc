@@ -16,7 +16,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -31,11 +30,6 @@ namespace {
 // of at most ~30 bytes each, the brackets of 8 dimensions around each, the
 // name and the shape: far below this.
 constexpr std::size_t kMaxPrintedBytes = 16 * 1024;
-
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  return a.byte_size() == b.byte_size() &&
-         (a.byte_size() == 0 || std::memcmp(a.raw_data(), b.raw_data(), a.byte_size()) == 0);
-}
 
 void check_printed(const Tensor& t) {
   const std::string printed = cli::format_fetch("t", t, cli::kDefaultPrintLimit);

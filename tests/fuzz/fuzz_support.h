@@ -1,5 +1,5 @@
 // Shared by the libFuzzer targets in tests/fuzz/: an invariant check that
-// stops the fuzzer with a message, the memory guard for tensors that
+// stops the fuzzer with a message, a byte comparison of tensors, the memory guard for tensors that
 // legitimately expand to hundreds of MiB, and the GraphDef round trip both
 // GraphDef targets run.
 //
@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <string_view>
 
@@ -52,6 +53,13 @@ inline void quiet_protobuf_logs() { google::protobuf::SetLogHandler(nullptr); }
 inline void verbose_rejection(const char* stage, const Status& s) {
   static const bool verbose = std::getenv("GRAPHRUN_FUZZ_VERBOSE") != nullptr;
   if (verbose) std::fprintf(stderr, "fuzz: rejected by %s: %s\n", stage, s.to_string().c_str());
+}
+
+// True when both tensors hold the same bytes (dtype and shape are checked
+// by the caller).
+inline bool same_bytes(const Tensor& a, const Tensor& b) {
+  return a.byte_size() == b.byte_size() &&
+         (a.byte_size() == 0 || std::memcmp(a.raw_data(), b.raw_data(), a.byte_size()) == 0);
 }
 
 // Tensors a TensorProto may legitimately expand to (one typed value can

@@ -7,18 +7,12 @@
 #include <climits>
 #include <cstddef>
 #include <cstdint>
-#include <cstring>
 #include <string>
 
 #include "tests/fuzz/fuzz_support.h"
 
 namespace graphrun::fuzz {
 namespace {
-
-bool same_bytes(const Tensor& a, const Tensor& b) {
-  return a.byte_size() == b.byte_size() &&
-         (a.byte_size() == 0 || std::memcmp(a.raw_data(), b.raw_data(), a.byte_size()) == 0);
-}
 
 void tensor_round_trip(const uint8_t* data, size_t size) {
   v1::TensorProto proto;
