@@ -55,18 +55,14 @@ Result<Shape> Shape::make(std::span<const int64_t> dims) {
   if (dims.size() > static_cast<std::size_t>(kMaxRank)) {
     return invalid_argument("rank {} exceeds graphrun's maximum of {}", dims.size(), kMaxRank);
   }
-  // The product of the known non-zero dimensions must fit int64, wherever a
-  // 0 stands: [0,M,M] is refused like [M,M,0] (a 0 first would otherwise
-  // hide the overflow, and code multiplying some of the dimensions would
-  // meet it).
-  int64_t n = 1;
   for (int64_t d : dims) {
     if (d < kUnknownDim) return invalid_argument("negative dimension {} in a shape", d);
-    if (d > 0 && n > std::numeric_limits<int64_t>::max() / d) {
-      return invalid_argument("shape [{}] has more elements than int64 can count",
-                              fmt::join(dims, ","));
-    }
-    if (d > 0) n *= d;
+  }
+  // The product of the known non-zero dimensions must fit int64, wherever a
+  // 0 stands (code multiplying some of the dimensions would meet it).
+  if (!product_of_positive_dims(1, dims, std::numeric_limits<int64_t>::max())) {
+    return invalid_argument("shape [{}] has more elements than int64 can count",
+                            fmt::join(dims, ","));
   }
   return Shape(dims);
 }
@@ -86,13 +82,21 @@ bool Shape::is_fully_defined() const {
 
 int64_t Shape::num_elements() const {
   if (!is_fully_defined()) return -1;
-  for (int64_t d : dims()) {
-    if (d == 0) return 0;  // wherever it stands: [M,M,0] holds 0 elements, not "too many"
-  }
-  int64_t n = 1;
-  for (int64_t d : dims()) {
-    // Saturates instead of overflowing (shapes may come from untrusted input).
-    if (__builtin_mul_overflow(n, d, &n)) return std::numeric_limits<int64_t>::max();
+  // A 0 wherever it stands: [M,M,0] holds 0 elements, not "too many".
+  if (std::ranges::find(dims(), 0) != dims().end()) return 0;
+  // Saturates instead of overflowing (shapes may come from untrusted input).
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  return product_of_positive_dims(1, dims(), kMax).value_or(kMax);
+}
+
+std::optional<int64_t> product_of_positive_dims(int64_t unit, std::span<const int64_t> dims,
+                                                int64_t limit) {
+  if (unit > limit) return std::nullopt;
+  int64_t n = unit;
+  for (int64_t d : dims) {
+    if (d <= 0) continue;
+    if (n > limit / d) return std::nullopt;
+    n *= d;
   }
   return n;
 }
@@ -233,19 +237,12 @@ Result<std::size_t> checked_bytes(DType dtype, const Shape& shape, int64_t& elem
   // [0,M,M] and [M,M,0] are treated alike (both refused when M*M is too
   // large, although neither holds an element).
   const auto size = static_cast<int64_t>(dtype_size(dtype));
-  int64_t bytes = size;
-  bool empty = false;
-  for (int64_t d : shape.dims()) {
-    if (d == 0) {
-      empty = true;
-      continue;
-    }
-    if (bytes > std::numeric_limits<int64_t>::max() / 2 / d) {
-      return resource_exhausted("tensor {}{} is too large", dtype_name(dtype), shape.to_string());
-    }
-    bytes *= d;
+  constexpr int64_t kLimit = std::numeric_limits<int64_t>::max() / 2;
+  const std::optional<int64_t> counted = product_of_positive_dims(size, shape.dims(), kLimit);
+  if (!counted) {
+    return resource_exhausted("tensor {}{} is too large", dtype_name(dtype), shape.to_string());
   }
-  if (empty) bytes = 0;
+  const int64_t bytes = shape.num_elements() == 0 ? 0 : *counted;
   elements = bytes / size;
   return static_cast<std::size_t>(bytes);
 }

@@ -159,15 +159,15 @@ int64_t tensor_proto_bytes(const v1::TensorProto& proto) {
     bytes = static_cast<int64_t>(dtype_size(*dtype));
   }
   // A dimension below 1 anywhere makes no bytes, whatever comes before it
-  // ([2^40, 0] too): look for one before multiplying.
+  // ([2^40, 0] too).
+  std::vector<int64_t> dims;
+  dims.reserve(static_cast<std::size_t>(proto.tensor_shape().dim_size()));
   for (const auto& dim : proto.tensor_shape().dim()) {
     if (dim.size() <= 0) return 0;
+    dims.push_back(dim.size());
   }
-  for (const auto& dim : proto.tensor_shape().dim()) {
-    if (bytes > kMaxTensorProtoBytes / dim.size()) return kMaxTensorProtoBytes + 1;
-    bytes *= dim.size();
-  }
-  return std::min(bytes, kMaxTensorProtoBytes + 1);
+  return product_of_positive_dims(bytes, dims, kMaxTensorProtoBytes)
+      .value_or(kMaxTensorProtoBytes + 1);
 }
 
 Result<Tensor> tensor_from_proto(const v1::TensorProto& proto) {

@@ -337,19 +337,12 @@ int64_t static_output_bytes(const Node& node) {
   if (node.num_outputs() == 0) return 0;
   const Shape& shape = node.output_shape(0);
   if (shape.is_unknown_rank()) return 0;
-  constexpr int64_t kCap = kMaxTensorProtoBytes + 1;
-  int64_t bytes = static_cast<int64_t>(dtype_size(node.output_dtype(0)));
   // Unknown (-1) or empty (0) anywhere: nothing known to count, whatever
   // the other dimensions ([2^40, 0] is 0 bytes, not saturated).
-  for (int i = 0; i < shape.rank(); ++i) {
-    if (shape.dim(i) <= 0) return 0;
-  }
-  for (int i = 0; i < shape.rank(); ++i) {
-    const int64_t d = shape.dim(i);
-    if (bytes > kCap / d) return kCap;
-    bytes *= d;
-  }
-  return bytes;
+  if (std::ranges::any_of(shape.dims(), [](int64_t d) { return d <= 0; })) return 0;
+  return product_of_positive_dims(static_cast<int64_t>(dtype_size(node.output_dtype(0))),
+                                  shape.dims(), kMaxTensorProtoBytes)
+      .value_or(kMaxTensorProtoBytes + 1);
 }
 }  // namespace
 

@@ -78,6 +78,22 @@ TEST(ShapeTest, ZeroDimensionIsTreatedAlikeWhereverItStands) {
   EXPECT_EQ((Shape{kMax, 2}).num_elements(), kMax);  // saturates
 }
 
+// The shared counting rule: dimensions of 0 or unknown are skipped, the
+// product is refused past the limit, the unit counts towards it.
+TEST(ShapeTest, ProductOfPositiveDimsSkipsZerosAndStopsAtTheLimit) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max();
+  const std::vector<int64_t> dims{3, 0, 5, -1};
+  EXPECT_EQ(product_of_positive_dims(4, dims, 60), 60);
+  EXPECT_EQ(product_of_positive_dims(4, dims, 59), std::nullopt);
+  EXPECT_EQ(product_of_positive_dims(1, {}, 0), std::nullopt);
+  EXPECT_EQ(product_of_positive_dims(1, {}, 1), 1);
+  const std::vector<int64_t> wide{kMax, 1};
+  EXPECT_EQ(product_of_positive_dims(1, wide, kMax), kMax);
+  EXPECT_EQ(product_of_positive_dims(2, wide, kMax), std::nullopt);
+  const std::vector<int64_t> square{int64_t{1} << 32, int64_t{1} << 31};
+  EXPECT_EQ(product_of_positive_dims(1, square, kMax), std::nullopt);
+}
+
 TEST(TensorTest, ConstructorsAndAccess) {
   Tensor s(3.5f);
   EXPECT_EQ(s.dtype(), DType::kFloat32);

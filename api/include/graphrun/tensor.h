@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <initializer_list>
 #include <iosfwd>
+#include <optional>
 #include <span>
 #include <string>
 #include <string_view>
@@ -154,6 +155,15 @@ class Shape {
   int rank_ = 0;
   std::array<int64_t, kMaxRank> dims_{};
 };
+
+/// `unit` times the product of the dimensions of `dims` that are above 0,
+/// or nullopt when that passes `limit` (unit >= 1, limit >= 0).
+/// The one rule of every size check on untrusted shapes: dimensions of 0
+/// (or unknown) are skipped, so a 0 anywhere neither hides nor makes an
+/// overflow of the others ([0,M,M] is judged like [M,M,0]). A caller that
+/// counts bytes counts 0 when some dimension is 0.
+std::optional<int64_t> product_of_positive_dims(int64_t unit, std::span<const int64_t> dims,
+                                                int64_t limit);
 
 namespace internal {
 struct TensorBuffer;
