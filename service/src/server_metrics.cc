@@ -277,9 +277,15 @@ bool head_complete(const std::string& request) {
 
 }  // namespace
 
+// How long the endpoint stops accepting after the process ran out of file
+// descriptors (or memory): the pending connection keeps the listening
+// socket readable, so polling it at once again would spin.
+constexpr std::chrono::milliseconds kAcceptBackoff(100);
+
 void MetricsHttpServer::serve() {
   std::vector<Connection> connections;
   std::vector<pollfd> fds;
+  std::chrono::steady_clock::time_point accept_paused_until{};
   const auto close_all = [&] {
     for (Connection& c : connections) close_fd(c.fd);
   };
@@ -292,15 +298,20 @@ void MetricsHttpServer::serve() {
       return true;
     });
     int timeout_ms = -1;
-    for (const Connection& c : connections) {
-      const auto left = std::chrono::ceil<std::chrono::milliseconds>(c.deadline - now).count();
+    const auto wait_until = [&](std::chrono::steady_clock::time_point t) {
+      const auto left =
+          std::max<int64_t>(0, std::chrono::ceil<std::chrono::milliseconds>(t - now).count());
       timeout_ms =
           timeout_ms < 0 ? static_cast<int>(left) : std::min(timeout_ms, static_cast<int>(left));
-    }
+    };
+    for (const Connection& c : connections) wait_until(c.deadline);
+    const bool accept_paused = now < accept_paused_until;
+    if (accept_paused) wait_until(accept_paused_until);
     fds.clear();
     fds.push_back({wake_read_, POLLIN, 0});
     // Past kMaxConnections, new connections wait in the backlog.
-    fds.push_back({connections.size() < kMaxConnections ? listen_fd_ : -1, POLLIN, 0});
+    const bool accepting = connections.size() < kMaxConnections && !accept_paused;
+    fds.push_back({accepting ? listen_fd_ : -1, POLLIN, 0});
     for (const Connection& c : connections) {
       fds.push_back({c.fd, static_cast<short>(c.answering ? POLLOUT : POLLIN), 0});
     }
@@ -348,7 +359,12 @@ void MetricsHttpServer::serve() {
     // non-blocking).
     while ((fds[1].revents & POLLIN) != 0 && connections.size() < kMaxConnections) {
       const int fd = ::accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd < 0) break;
+      if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          accept_paused_until = std::chrono::steady_clock::now() + kAcceptBackoff;
+        }
+        break;
+      }
       Connection c;
       c.fd = fd;
       c.deadline = std::chrono::steady_clock::now() + request_timeout_;

@@ -87,7 +87,8 @@ Result<HostPort> parse_loopback_host_port(std::string_view address);
 // the answer; past it the connection is dropped. So a slow or idle client
 // delays no other, and holds a place at most request_timeout; past
 // kMaxConnections open, new connections wait in the listen backlog until
-// one ends.
+// one ends. When the process runs out of file descriptors, accepting
+// pauses for 100 ms at a time (the backlog waits; the thread does not spin).
 // Thread safety: construction and stop() from one thread; render() is
 // called on the endpoint's thread and must be thread-safe. Owns its socket
 // and thread; the destructor stops it.

@@ -3,10 +3,13 @@
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -95,23 +98,39 @@ TEST(MetricsHttpServerTest, SlowDripDoesNotDelayAScrape) {
   ::close(slow);
 }
 
+// `n` connections to `address` that send nothing, closed on destruction.
+class IdleConnections {
+ public:
+  IdleConnections(const std::string& address, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) {
+      const int fd = connect_to(address);
+      if (fd < 0) return;
+      fds_.push_back(fd);
+    }
+  }
+  IdleConnections(const IdleConnections&) = delete;
+  IdleConnections& operator=(const IdleConnections&) = delete;
+  ~IdleConnections() {
+    for (const int fd : fds_) ::close(fd);
+  }
+  std::size_t size() const { return fds_.size(); }
+
+ private:
+  std::vector<int> fds_;
+};
+
 // Many idle connections ahead of a scrape: they do not add up.
 TEST(MetricsHttpServerTest, IdleConnectionsDoNotAddUp) {
   auto server = MetricsHttpServer::start(
       "127.0.0.1:0", [] { return std::string("up 1\n"); }, kTimeout);
   ASSERT_THAT(server, IsOk());
   const std::string address = (*server)->address();
-  std::vector<int> idle;
-  for (int i = 0; i < 20; ++i) {
-    const int fd = connect_to(address);
-    ASSERT_GE(fd, 0);
-    idle.push_back(fd);
-  }
+  const IdleConnections idle(address, 20);
+  ASSERT_EQ(idle.size(), 20U);
   std::this_thread::sleep_for(kTimeout / 4);
   const auto start = Clock::now();
   EXPECT_THAT(scrape(address), HasSubstr("up 1\n"));
   EXPECT_LT(Clock::now() - start, kTimeout);
-  for (const int fd : idle) ::close(fd);
 }
 
 // Past kMaxConnections open, a new connection waits in the backlog until
@@ -122,16 +141,57 @@ TEST(MetricsHttpServerTest, PastTheConnectionCapAScrapeWaitsOneTimeout) {
       "127.0.0.1:0", [] { return std::string("up 1\n"); }, kTimeout);
   ASSERT_THAT(server, IsOk());
   const std::string address = (*server)->address();
-  std::vector<int> idle;
-  for (std::size_t i = 0; i < MetricsHttpServer::kMaxConnections + 8; ++i) {
-    const int fd = connect_to(address);
-    ASSERT_GE(fd, 0);
-    idle.push_back(fd);
-  }
+  const std::size_t n = MetricsHttpServer::kMaxConnections + 8;
+  const IdleConnections idle(address, n);
+  ASSERT_EQ(idle.size(), n);
   const auto start = Clock::now();
   EXPECT_THAT(scrape(address), HasSubstr("up 1\n"));
   EXPECT_LT(Clock::now() - start, 4 * kTimeout);
-  for (const int fd : idle) ::close(fd);
+}
+
+double cpu_seconds_of_process() {
+  rusage usage{};
+  ::getrusage(RUSAGE_SELF, &usage);
+  const auto seconds = [](const timeval& t) {
+    return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_usec) / 1e6;
+  };
+  return seconds(usage.ru_utime) + seconds(usage.ru_stime);
+}
+
+// Out of file descriptors, accept fails while the connection stays in the
+// backlog, so the listening socket stays readable: the endpoint pauses its
+// accepting instead of spinning on it, and accepts again once descriptors
+// are free.
+TEST(MetricsHttpServerTest, OutOfFileDescriptorsTheEndpointWaitsWithoutSpinning) {
+  auto server = MetricsHttpServer::start(
+      "127.0.0.1:0", [] { return std::string("up 1\n"); }, kTimeout);
+  ASSERT_THAT(server, IsOk());
+  const std::string address = (*server)->address();
+  rlimit old_limit{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &old_limit), 0);
+  rlimit low = old_limit;
+  low.rlim_cur = std::min<rlim_t>(old_limit.rlim_cur, 256);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  // Every descriptor but one taken; the client's socket takes that one.
+  std::vector<int> filler;
+  for (int fd = ::dup(0); fd >= 0; fd = ::dup(0)) filler.push_back(fd);
+  ASSERT_EQ(errno, EMFILE);
+  ASSERT_FALSE(filler.empty());
+  ::close(filler.back());
+  filler.pop_back();
+  const int waiting = connect_to(address);  // the kernel completes it; accept cannot
+  ASSERT_GE(waiting, 0);
+
+  const double cpu_before = cpu_seconds_of_process();
+  std::this_thread::sleep_for(2 * kTimeout);
+  const double cpu_used = cpu_seconds_of_process() - cpu_before;
+  // A spinning endpoint would use about the whole second.
+  EXPECT_LT(cpu_used, 0.25) << "the endpoint spun on a listening socket it could not accept from";
+
+  for (const int fd : filler) ::close(fd);
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &old_limit), 0);
+  EXPECT_THAT(scrape(address), HasSubstr("up 1\n"));
+  ::close(waiting);
 }
 
 }  // namespace
