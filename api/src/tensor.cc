@@ -89,18 +89,6 @@ int64_t Shape::num_elements() const {
   return product_of_positive_dims(1, dims(), kMax).value_or(kMax);
 }
 
-std::optional<int64_t> product_of_positive_dims(int64_t unit, std::span<const int64_t> dims,
-                                                int64_t limit) {
-  if (unit > limit) return std::nullopt;
-  int64_t n = unit;
-  for (int64_t d : dims) {
-    if (d <= 0) continue;
-    if (n > limit / d) return std::nullopt;
-    n *= d;
-  }
-  return n;
-}
-
 bool Shape::is_compatible_with(const Shape& other) const {
   if (rank_ < 0 || other.rank_ < 0) return true;
   if (rank_ != other.rank_) return false;
@@ -242,7 +230,8 @@ Result<std::size_t> checked_bytes(DType dtype, const Shape& shape, int64_t& elem
   if (!counted) {
     return resource_exhausted("tensor {}{} is too large", dtype_name(dtype), shape.to_string());
   }
-  const int64_t bytes = shape.num_elements() == 0 ? 0 : *counted;
+  // (a fully defined shape: no dimension below 0)
+  const int64_t bytes = std::ranges::find(shape.dims(), 0) != shape.dims().end() ? 0 : *counted;
   elements = bytes / size;
   return static_cast<std::size_t>(bytes);
 }

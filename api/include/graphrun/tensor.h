@@ -162,8 +162,16 @@ class Shape {
 /// (or unknown) are skipped, so a 0 anywhere neither hides nor makes an
 /// overflow of the others ([0,M,M] is judged like [M,M,0]). A caller that
 /// counts bytes counts 0 when some dimension is 0.
-std::optional<int64_t> product_of_positive_dims(int64_t unit, std::span<const int64_t> dims,
-                                                int64_t limit);
+inline std::optional<int64_t> product_of_positive_dims(int64_t unit, std::span<const int64_t> dims,
+                                                       int64_t limit) {
+  if (unit > limit) return std::nullopt;
+  int64_t n = unit;
+  for (const int64_t d : dims) {
+    if (d <= 0) continue;
+    if (__builtin_mul_overflow(n, d, &n) || n > limit) return std::nullopt;
+  }
+  return n;
+}
 
 namespace internal {
 struct TensorBuffer;
