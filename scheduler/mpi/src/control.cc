@@ -162,8 +162,10 @@ Result<Tensor> Reader::tensor() {
   Header h;
   std::memcpy(&h, bytes_.data() + at_, sizeof h);
   at_ += sizeof h;
+  // The bytes must be in the message before a tensor of their size is
+  // allocated (tensor_for then checks them against the shape).
+  GRAPHRUN_RETURN_IF_ERROR(need(h.bytes));
   GRAPHRUN_ASSIGN_OR_RETURN(Tensor t, tensor_for(h));
-  GRAPHRUN_RETURN_IF_ERROR(need(t.byte_size()));
   if (t.byte_size() != 0) std::memcpy(t.raw_data(), bytes_.data() + at_, t.byte_size());
   at_ += t.byte_size();
   return t;
