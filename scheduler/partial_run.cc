@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "api/src/deadline.h"
 #include "scheduler/async_run.h"
 #include "scheduler/session_impl.h"
 
@@ -242,7 +243,9 @@ Result<PartialRun::CallSteps> PartialRun::resolve_call(SessionImpl* session, con
   steps.traced = traced;
   if (options.timeout) {
     steps.timeout = *options.timeout;
-    steps.deadline = std::chrono::steady_clock::now() + *options.timeout;
+    // Past the clock's range: no deadline (no timer).
+    const auto deadline = graphrun::internal::steady_deadline_after(*options.timeout);
+    if (deadline != std::chrono::steady_clock::time_point::max()) steps.deadline = deadline;
   }
   return steps;
 }

@@ -3,6 +3,7 @@
 #include <pthread.h>
 #include <sys/random.h>
 
+#include "api/src/deadline.h"
 #include "scheduler/async_run.h"
 #include "scheduler/partial_run.h"
 
@@ -298,14 +299,16 @@ void SessionImpl::schedule_idle_sweep() {
   }
   const auto period =
       std::max(std::chrono::milliseconds(1), *options_.partial_run_idle_timeout / 4);
-  timer_.schedule(std::chrono::steady_clock::now() + period, [this] { sweep_idle_partial_runs(); });
+  timer_.schedule(graphrun::internal::steady_deadline_after(period),
+                  [this] { sweep_idle_partial_runs(); });
 }
 
 void SessionImpl::sweep_idle_partial_runs() {
   const auto timeout = *options_.partial_run_idle_timeout;
   const auto now = std::chrono::steady_clock::now();
   for (const std::shared_ptr<PartialRun>& run : open_partial_runs()) {
-    if (now - run->last_used() > timeout) {
+    // In milliseconds: a timeout near INT64_MAX ms has no nanosecond count.
+    if (std::chrono::duration_cast<std::chrono::milliseconds>(now - run->last_used()) > timeout) {
       run->cancel(cancelled("partial run {} was idle for more than {} ms and was cancelled",
                             run->id(), timeout.count()));
     }
@@ -577,7 +580,11 @@ StepControl SessionImpl::step_control(bool trace,
                                       std::optional<std::chrono::milliseconds> timeout) {
   StepControl control;
   control.step_id = new_step_id();
-  if (timeout) control.deadline = std::chrono::steady_clock::now() + *timeout;
+  if (timeout) {
+    // Past the clock's range: no deadline (and no per-node clock reads).
+    const auto deadline = graphrun::internal::steady_deadline_after(*timeout);
+    if (deadline != std::chrono::steady_clock::time_point::max()) control.deadline = deadline;
+  }
   control.session_closed = &closed_;
   control.pool = &pool_->impl();
   control.trace = trace;

@@ -12,6 +12,8 @@
 #include <stop_token>
 #include <utility>
 
+#include "api/src/deadline.h"
+
 namespace graphrun {
 namespace {
 
@@ -129,7 +131,10 @@ struct RemoteSession::Core {
     if (!options.bearer_token.empty()) {
       context.AddMetadata("authorization", "Bearer " + options.bearer_token);
     }
-    if (timeout) context.set_deadline(std::chrono::system_clock::now() + *timeout);
+    if (timeout) {
+      context.set_deadline(graphrun::internal::deadline_after<std::chrono::system_clock>(
+          std::chrono::system_clock::now(), *timeout));
+    }
   }
   void prepare_control(grpc::ClientContext& context) const {
     prepare(context, options.control_timeout);

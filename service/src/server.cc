@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "api/src/deadline.h"
 #include "service/src/server_metrics.h"
 
 namespace graphrun {
@@ -352,7 +353,7 @@ std::string Server::metrics_text() const { return impl_->metrics.render(impl_->r
 void Server::shutdown(std::chrono::milliseconds grace) {
   std::call_once(impl_->shutdown_once, [&] {
     constexpr std::string_view kSessionService = "graphrun.v1.SessionService/";
-    const auto deadline = std::chrono::steady_clock::now() + grace;
+    const auto deadline = graphrun::internal::steady_deadline_after(grace);
     // Drain: new SessionService calls are UNAVAILABLE and health answers
     // NOT_SERVING, while the listener and connections stay up, so that
     // probes and watchers see NOT_SERVING during the grace period.

@@ -13,6 +13,8 @@
 #include <optional>
 #include <stop_token>
 
+#include "api/src/deadline.h"
+
 namespace graphrun {
 namespace {
 
@@ -111,7 +113,11 @@ struct OpenPartialRun : std::enable_shared_from_this<OpenPartialRun> {
     std::unique_lock lock(mu);
     const auto free = [&] { return !busy || options.stop_token.stop_requested(); };
     if (options.timeout) {
-      if (!cv.wait_for(lock, *options.timeout, free)) return false;
+      // wait_until: wait_for adds the timeout to now(), which overflows for
+      // a client's INT64_MAX ms.
+      if (!cv.wait_until(lock, graphrun::internal::steady_deadline_after(*options.timeout), free)) {
+        return false;
+      }
     } else {
       cv.wait(lock, free);
     }
@@ -271,9 +277,14 @@ void SessionRegistry::sweep_until_stopped() {
 
 std::size_t SessionRegistry::close_idle_sessions() {
   if (limits_.session_idle_timeout.count() <= 0) return 0;
-  const int64_t cutoff =
-      now_ns() -
-      std::chrono::duration_cast<std::chrono::nanoseconds>(limits_.session_idle_timeout).count();
+  // Saturating: a timeout past the clock's range (--session-idle-timeout
+  // takes up to 10^15 ms, more nanoseconds than int64 counts) closes nothing.
+  int64_t timeout_ns = 0;
+  if (__builtin_mul_overflow(limits_.session_idle_timeout.count(), int64_t{1'000'000},
+                             &timeout_ns)) {
+    return 0;
+  }
+  const int64_t cutoff = now_ns() - timeout_ns;
   std::vector<std::shared_ptr<Entry>> idle;
   {
     const std::lock_guard lock(mu_);

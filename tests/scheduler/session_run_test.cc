@@ -262,6 +262,29 @@ TEST_P(SessionRunTest, DeadlineSkipsTheNodesAfterASlowOne) {
   EXPECT_EQ((*ok)[0].scalar<float>(), 4.0f);
 }
 
+// A timeout past what the clock can count (a remote client may send
+// INT64_MAX ms) means no deadline: adding it to now() overflowed the
+// nanosecond count, which made the deadline some time in the past.
+TEST_P(SessionRunTest, ATimeoutPastTheClocksRangeIsNoDeadline) {
+  Output p = placeholder(g_, Shape{}, "p");
+  Output x = sum2(g_, p, p, "x");
+  auto s = make_session(g_);
+  for (const auto timeout :
+       {std::chrono::milliseconds::max(), std::chrono::milliseconds(int64_t{1} << 60),
+        std::chrono::milliseconds(int64_t{1} << 44)}) {
+    RunOptions opts;
+    opts.timeout = timeout;
+    auto out = s->run({{p, Tensor(1.5f)}}, {x}, {}, opts);
+    ASSERT_THAT(out, IsOk()) << timeout.count() << " ms";
+    EXPECT_EQ((*out)[0].scalar<float>(), 3.0f);
+    auto partial = s->partial_run_setup({x}, {p}, {}, opts);
+    ASSERT_THAT(partial, IsOk()) << timeout.count() << " ms";
+    auto fed = s->partial_run(*partial, {{p, Tensor(2.0f)}}, {x});
+    ASSERT_THAT(fed, IsOk()) << timeout.count() << " ms";
+    EXPECT_EQ((*fed)[0].scalar<float>(), 4.0f);
+  }
+}
+
 TEST_P(SessionRunTest, CloseCancelsARunBetweenNodes) {
   Output p = placeholder(g_, Shape{}, "p");
   Output late = slow(g_, p, 50, "late");

@@ -16,6 +16,7 @@
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <limits>
 #include <string>
 #include <thread>
 #include <vector>
@@ -44,11 +45,14 @@ constexpr std::array<const char*, 8> kMethods = {
 
 // One SessionService call with raw request bytes.
 grpc::Status raw_call(grpc::Channel& channel, const std::string& method, const std::string& bytes,
-                      std::string* response = nullptr) {
+                      std::string* response = nullptr, bool with_deadline = true) {
   const std::string path = "/graphrun.v1.SessionService/" + method;
   const grpc::internal::RpcMethod rpc(path.c_str(), grpc::internal::RpcMethod::NORMAL_RPC);
   grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+  // Without one, the request's own timeout is the only bound (the server
+  // takes the sooner of the two).
+  if (with_deadline)
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   grpc::ByteBuffer out;
   const grpc::Status status = grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
       &channel, rpc, &context, byte_buffer(bytes), &out);
@@ -207,6 +211,68 @@ TEST_F(ServerHardeningTest, OtherNegativeConfigFieldsAndTimeoutsAreNamed) {
   const grpc::Status called = raw_call(*channel, "PartialRun", call.SerializeAsString());
   EXPECT_EQ(called.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(called.error_message(), HasSubstr("RunOptions.timeout_ms must not be negative"));
+  expect_still_serving(*channel);
+}
+
+// The largest timeouts a client can send mean no deadline. Added to now(),
+// they overflowed the clock's nanosecond count (undefined behaviour), and
+// the run failed at once with DeadlineExceeded.
+TEST_F(ServerHardeningTest, TheLargestTimeoutsAreNoDeadline) {
+  ServerProcess server({});
+  ASSERT_FALSE(server.address().empty());
+  auto channel = server.channel();
+  // A node that runs on every step (a fetched Const alone runs nothing,
+  // so no deadline would be checked).
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  ops::Add(g, x, x, "twice");
+  v1::CreateSessionRequest create;
+  *create.mutable_graph_def() = graph_to_graph_def(g).value();
+  create.mutable_config()->set_partial_run_idle_timeout_ms(std::numeric_limits<int64_t>::max());
+  // The calls carry no gRPC deadline, which would replace the timeouts.
+  constexpr bool kNoDeadline = false;
+  std::string bytes;
+  ASSERT_TRUE(raw_call(*channel, "CreateSession", create.SerializeAsString(), &bytes).ok());
+  v1::CreateSessionResponse created;
+  ASSERT_TRUE(created.ParseFromString(bytes));
+  const auto feed_x = [](auto& request) {
+    v1::NamedTensorProto* f = request.add_feed();
+    f->set_name("x");
+    *f->mutable_tensor() = tensor_to_proto(Tensor(1.5f));
+  };
+  for (const int64_t timeout : {std::numeric_limits<int64_t>::max(), int64_t{1} << 50}) {
+    v1::RunRequest run;
+    run.set_session_handle(created.session_handle());
+    feed_x(run);
+    run.add_fetch("twice");
+    run.mutable_options()->set_timeout_ms(timeout);
+    const grpc::Status ran =
+        raw_call(*channel, "Run", run.SerializeAsString(), &bytes, kNoDeadline);
+    EXPECT_TRUE(ran.ok()) << timeout << ": " << ran.error_message();
+    v1::PartialRunSetupRequest setup;
+    setup.set_session_handle(created.session_handle());
+    setup.add_feed("x");
+    setup.add_fetch("twice");
+    setup.mutable_options()->set_timeout_ms(timeout);
+    const grpc::Status set_up =
+        raw_call(*channel, "PartialRunSetup", setup.SerializeAsString(), &bytes, kNoDeadline);
+    ASSERT_TRUE(set_up.ok()) << timeout << ": " << set_up.error_message();
+    v1::PartialRunSetupResponse handle;
+    ASSERT_TRUE(handle.ParseFromString(bytes));
+    v1::PartialRunRequest call;
+    call.set_session_handle(created.session_handle());
+    call.set_partial_run_handle(handle.partial_run_handle());
+    feed_x(call);
+    call.add_fetch("twice");
+    call.mutable_options()->set_timeout_ms(timeout);
+    const grpc::Status called =
+        raw_call(*channel, "PartialRun", call.SerializeAsString(), &bytes, kNoDeadline);
+    EXPECT_TRUE(called.ok()) << timeout << ": " << called.error_message();
+    v1::RunResponse out;
+    ASSERT_TRUE(out.ParseFromString(bytes));
+    ASSERT_EQ(out.tensor_size(), 1);
+    EXPECT_THAT(tensor_from_proto(out.tensor(0).tensor()).value(), TensorEq(Tensor(3.0f)));
+  }
   expect_still_serving(*channel);
 }
 

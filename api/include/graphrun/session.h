@@ -158,7 +158,8 @@ struct SessionOptions {
 /// Options of one call (run, Callable::run, partial_run_setup, partial_run
 /// and their asynchronous forms): its deadline, tracing and stop token.
 struct RunOptions {
-  /// The run fails with DeadlineExceeded (and is cancelled) past this.
+  /// The run fails with DeadlineExceeded (and is cancelled) past this. A
+  /// timeout past the steady clock's range (about 292 years) is no deadline.
   std::optional<std::chrono::milliseconds> timeout;
   /// Collect per-node step statistics into RunMetadata.
   bool trace = false;

@@ -27,6 +27,7 @@
 #include <utility>
 #include <vector>
 
+#include "api/src/deadline.h"
 #include "scheduler/mpi/src/control.h"
 #include "scheduler/mpi/src/engine.h"
 #include "scheduler/mpi/src/partition.h"
@@ -113,7 +114,10 @@ bool wait_parts(std::unique_lock<std::mutex>& lock, std::condition_variable& cv,
     cv.wait(lock, done);
     return true;
   }
-  return cv.wait_until(lock, start + *options.timeout + kAnswerGrace, done);
+  using Steady = std::chrono::steady_clock;
+  const auto deadline = graphrun::internal::deadline_after<Steady>(start, *options.timeout);
+  return cv.wait_until(lock, graphrun::internal::deadline_after<Steady>(deadline, kAnswerGrace),
+                       done);
 }
 
 Status unanswered(int rank, const RunOptions& options) {
@@ -364,14 +368,18 @@ void DistributedSession::Impl::report(const std::shared_ptr<Step>& step, uint64_
 
 void DistributedSession::Impl::heartbeat() {
   std::unique_lock lock(beat_mu);
-  while (!beat_cv.wait_for(lock, cluster.heartbeat_interval, [&] { return beat_stop; })) {
+  while (!beat_cv.wait_until(lock,
+                             graphrun::internal::steady_deadline_after(cluster.heartbeat_interval),
+                             [&] { return beat_stop; })) {
     lock.unlock();
     const auto now = std::chrono::steady_clock::now();
     std::vector<int> silent;
     {
       const std::lock_guard held(heard_mu);
       for (int r = 1; r < world->size(); ++r) {
-        if (now - last_heard[static_cast<std::size_t>(r)] > cluster.heartbeat_timeout) {
+        const auto quiet_for = std::chrono::duration_cast<std::chrono::milliseconds>(
+            now - last_heard[static_cast<std::size_t>(r)]);
+        if (quiet_for > cluster.heartbeat_timeout) {
           silent.push_back(r);
         }
       }
@@ -549,7 +557,7 @@ Status DistributedSession::Impl::shut_down(const std::vector<int>& notify,
   for (int r : notify) {
     internal::send_message(world->engine(), r, internal::kToWorker, Kind::kClose, 0, {});
   }
-  const auto deadline = std::chrono::steady_clock::now() + cluster.close_timeout;
+  const auto deadline = graphrun::internal::steady_deadline_after(cluster.close_timeout);
   std::set<int> waiting(wait_for.begin(), wait_for.end());
   while (!waiting.empty()) {
     std::optional<Message> m = control.pop(deadline);
@@ -624,7 +632,7 @@ Result<std::unique_ptr<DistributedSession>> DistributedSession::create(const Gra
     w.u64(print).u64(static_cast<uint64_t>(world->size())).i64(session_id);
     internal::send_message(world->engine(), r, internal::kToWorker, Kind::kHello, 0, w.take());
   }
-  const auto deadline = std::chrono::steady_clock::now() + cluster.connect_timeout;
+  const auto deadline = graphrun::internal::steady_deadline_after(cluster.connect_timeout);
   std::set<int> waiting(workers.begin(), workers.end());
   std::vector<int> ready;
   Status failed;
@@ -1289,7 +1297,7 @@ Status DistributedSession::Impl::extend(const Graph& grown) {
   }
   std::set<int> waiting;
   for (const auto& d : deltas) waiting.insert(d.first);
-  const auto deadline = std::chrono::steady_clock::now() + cluster.connect_timeout;
+  const auto deadline = graphrun::internal::steady_deadline_after(cluster.connect_timeout);
   while (!waiting.empty()) {
     std::optional<Message> m = control.pop(deadline);
     if (!m.has_value()) {
