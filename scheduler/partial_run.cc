@@ -243,9 +243,7 @@ Result<PartialRun::CallSteps> PartialRun::resolve_call(SessionImpl* session, con
   steps.traced = traced;
   if (options.timeout) {
     steps.timeout = *options.timeout;
-    // Past the clock's range: no deadline (no timer).
-    const auto deadline = graphrun::internal::steady_deadline_after(*options.timeout);
-    if (deadline != std::chrono::steady_clock::time_point::max()) steps.deadline = deadline;
+    steps.deadline = graphrun::internal::steady_deadline_for(*options.timeout);
   }
   return steps;
 }

@@ -580,11 +580,7 @@ StepControl SessionImpl::step_control(bool trace,
                                       std::optional<std::chrono::milliseconds> timeout) {
   StepControl control;
   control.step_id = new_step_id();
-  if (timeout) {
-    // Past the clock's range: no deadline (and no per-node clock reads).
-    const auto deadline = graphrun::internal::steady_deadline_after(*timeout);
-    if (deadline != std::chrono::steady_clock::time_point::max()) control.deadline = deadline;
-  }
+  if (timeout) control.deadline = graphrun::internal::steady_deadline_for(*timeout);
   control.session_closed = &closed_;
   control.pool = &pool_->impl();
   control.trace = trace;

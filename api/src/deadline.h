@@ -7,6 +7,7 @@
 #pragma once
 
 #include <chrono>
+#include <optional>
 
 namespace graphrun::internal {
 
@@ -27,6 +28,16 @@ typename Clock::time_point deadline_after(typename Clock::time_point now,
 inline std::chrono::steady_clock::time_point steady_deadline_after(
     std::chrono::milliseconds timeout) {
   return deadline_after<std::chrono::steady_clock>(std::chrono::steady_clock::now(), timeout);
+}
+
+// The deadline a step or call has from a caller's `timeout`: nullopt when
+// the timeout is past the clock's range (no deadline, so no per-node clock
+// reads and no timer).
+inline std::optional<std::chrono::steady_clock::time_point> steady_deadline_for(
+    std::chrono::milliseconds timeout) {
+  const auto deadline = steady_deadline_after(timeout);
+  if (deadline == std::chrono::steady_clock::time_point::max()) return std::nullopt;
+  return deadline;
 }
 
 }  // namespace graphrun::internal

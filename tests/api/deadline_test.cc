@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdint>
 
 namespace graphrun::internal {
 namespace {
@@ -39,6 +40,19 @@ TEST(DeadlineTest, ANegativeOrZeroTimeoutIsDueNow) {
   EXPECT_EQ(deadline_after<Steady>(now, milliseconds(0)), now);
   EXPECT_EQ(deadline_after<Steady>(now, milliseconds(-5)), now);
   EXPECT_EQ(deadline_after<Steady>(now, milliseconds::min()), now);
+}
+
+TEST(DeadlineTest, AStepsDeadlineIsNoneOnlyPastTheClocksRange) {
+  EXPECT_FALSE(steady_deadline_for(milliseconds::max()).has_value());
+  EXPECT_FALSE(steady_deadline_for(milliseconds(int64_t{1} << 44)).has_value());
+  const Steady::time_point before = Steady::now();
+  const auto soon = steady_deadline_for(milliseconds(250));
+  ASSERT_TRUE(soon.has_value());
+  EXPECT_GE(*soon, before + milliseconds(250));
+  EXPECT_LE(*soon, Steady::now() + milliseconds(250));
+  const auto due = steady_deadline_for(milliseconds(0));
+  ASSERT_TRUE(due.has_value());
+  EXPECT_LE(*due, Steady::now());
 }
 
 }  // namespace

@@ -235,17 +235,18 @@ TEST_F(ServerHardeningTest, TheLargestTimeoutsAreNoDeadline) {
   ASSERT_TRUE(raw_call(*channel, "CreateSession", create.SerializeAsString(), &bytes).ok());
   v1::CreateSessionResponse created;
   ASSERT_TRUE(created.ParseFromString(bytes));
-  const auto feed_x = [](auto& request) {
+  // Feeds x, fetches "twice", with `timeout`: a Run or a PartialRun call.
+  const auto fill = [&](auto& request, int64_t timeout) {
+    request.set_session_handle(created.session_handle());
     v1::NamedTensorProto* f = request.add_feed();
     f->set_name("x");
     *f->mutable_tensor() = tensor_to_proto(Tensor(1.5f));
+    request.add_fetch("twice");
+    request.mutable_options()->set_timeout_ms(timeout);
   };
   for (const int64_t timeout : {std::numeric_limits<int64_t>::max(), int64_t{1} << 50}) {
     v1::RunRequest run;
-    run.set_session_handle(created.session_handle());
-    feed_x(run);
-    run.add_fetch("twice");
-    run.mutable_options()->set_timeout_ms(timeout);
+    fill(run, timeout);
     const grpc::Status ran =
         raw_call(*channel, "Run", run.SerializeAsString(), &bytes, kNoDeadline);
     EXPECT_TRUE(ran.ok()) << timeout << ": " << ran.error_message();
@@ -260,11 +261,8 @@ TEST_F(ServerHardeningTest, TheLargestTimeoutsAreNoDeadline) {
     v1::PartialRunSetupResponse handle;
     ASSERT_TRUE(handle.ParseFromString(bytes));
     v1::PartialRunRequest call;
-    call.set_session_handle(created.session_handle());
+    fill(call, timeout);
     call.set_partial_run_handle(handle.partial_run_handle());
-    feed_x(call);
-    call.add_fetch("twice");
-    call.mutable_options()->set_timeout_ms(timeout);
     const grpc::Status called =
         raw_call(*channel, "PartialRun", call.SerializeAsString(), &bytes, kNoDeadline);
     EXPECT_TRUE(called.ok()) << timeout << ": " << called.error_message();
