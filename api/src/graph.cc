@@ -6,6 +6,7 @@
 #include <bit>
 #include <charconv>
 #include <cmath>
+#include <cstring>
 #include <memory>
 #include <ostream>
 
@@ -434,6 +435,37 @@ Result<Output> Graph::find_output(std::string_view name) const {
 
 namespace {
 
+// An attribute name's part of a signature key: its length and its first
+// and last (up to) 8 bytes. The key only picks an entry of the signature
+// cache, whose full comparison decides (names an op declares differ in
+// those); std::hash of each name took 175 instructions a node. Values, and
+// intern()'s keys (buckets a collision would make long), keep std::hash.
+void mix_name(std::size_t& h, std::string_view s) {
+  const char* p = s.data();
+  const std::size_t n = s.size();
+  uint64_t head = 0;
+  uint64_t tail = 0;
+  // Fixed-size loads (a variable-length memcpy cost more than std::hash).
+  if (n >= 8) {
+    std::memcpy(&head, p, 8);
+    std::memcpy(&tail, p + n - 8, 8);
+  } else if (n >= 4) {
+    uint32_t a = 0;
+    uint32_t b = 0;
+    std::memcpy(&a, p, 4);
+    std::memcpy(&b, p + n - 4, 4);
+    head = a;
+    tail = b;
+  } else if (n > 0) {
+    head = static_cast<unsigned char>(p[0]) |
+           static_cast<uint64_t>(static_cast<unsigned char>(p[n / 2])) << 8 |
+           static_cast<uint64_t>(static_cast<unsigned char>(p[n - 1])) << 16;
+  }
+  mix(h, n);
+  mix(h, head);
+  mix(h, tail);
+}
+
 void mix_shape(std::size_t& h, const Shape& s) {
   mix(h, static_cast<std::size_t>(s.rank() + 2));
   for (const int64_t d : s.dims()) mix(h, static_cast<std::size_t>(d));
@@ -484,7 +516,7 @@ bool signature_key(const Graph* g, const OpRegistration* reg, const NodeSpec& sp
   h = reinterpret_cast<std::uintptr_t>(reg);
   mix(h, attrs.size());
   for (const auto& [name, value] : attrs) {
-    mix(h, std::hash<std::string>{}(name));
+    mix_name(h, name);
     if (!mix_attr(h, value)) return false;
   }
   for (const Output& in : spec.inputs) {

@@ -329,6 +329,41 @@ TEST(GraphTest, NodesShareEqualAttributesAndKeepTheirOwnValues) {
   EXPECT_EQ(&(*e)->attrs(), &c->attrs());
 }
 
+// The signature cache keys attribute names by their length and their first
+// and last 8 bytes; names alike in those (the same key) still give each
+// node the attributes it was given.
+TEST(GraphTest, AttributeNamesAlikeAtBothEndsKeepTheirOwnValues) {
+  OpRegistry r;
+  auto factory = [](OpKernelConstruction&) -> Result<std::unique_ptr<OpKernel>> {
+    return unimplemented("not needed");
+  };
+  const std::string first = "scale_of_the_left_branch_factor";
+  const std::string second = "scale_of_the_rght_branch_factor";
+  ASSERT_EQ(first.size(), second.size());
+  ASSERT_TRUE(
+      r.add(OpDef("Twin").output("y", DType::kFloat32).attr(first, 1.0).attr(second, 1.0), factory)
+          .is_ok());
+  Graph g(r);
+  std::vector<const Node*> nodes;
+  for (int i = 0; i < 6; ++i) {
+    // Alternately the first and the second name set to i.
+    AttrMap attrs{{i % 2 == 0 ? first : second, static_cast<double>(i)}};
+    Result<Node*> n = g.add_node(NodeSpec{"Twin", fmt::format("t{}", i), {}, {}, attrs, {}});
+    ASSERT_TRUE(n.is_ok()) << n.status().to_string();
+    nodes.push_back(*n);
+  }
+  for (int i = 0; i < 6; ++i) {
+    const Node* n = nodes[static_cast<std::size_t>(i)];
+    const double set = static_cast<double>(i);
+    EXPECT_EQ(std::get<double>(*n->find_attr(first)), i % 2 == 0 ? set : 1.0) << i;
+    EXPECT_EQ(std::get<double>(*n->find_attr(second)), i % 2 == 0 ? 1.0 : set) << i;
+  }
+  // The same name and value again: the attributes of the first such node.
+  Result<Node*> again = g.add_node(NodeSpec{"Twin", "again", {}, {}, {{second, 3.0}}, {}});
+  ASSERT_TRUE(again.is_ok());
+  EXPECT_EQ(&(*again)->attrs(), &nodes[3]->attrs());
+}
+
 TEST(GraphTest, ANodeLikeARecentOneReusesItsCheckedSignatureAndStillSeesItsOwnInputs) {
   OpRegistry r;
   auto factory = [](OpKernelConstruction&) -> Result<std::unique_ptr<OpKernel>> {
