@@ -199,6 +199,10 @@ ROWS = [
     # same graph in one 1-thread Session.
     ("FanOut64", "TwoRanks", "OneRank", "speedup", 1.8,
      "64 MatMuls 256^3, half on rank 1, 1 thread per rank"),
+    ("FanOut64", "Halves", "OneRank", "speedup", None,
+     "the same halves run locally on ranks 0 and 1 at once: the best split here"),
+    ("FanOut64", "TwoRanks", "Halves", "slowdown", None,
+     "what distributing the graph costs beyond the machine's best split"),
     ("PingPong1M", "Graphrun", "Mpi", "speedup", 0.8,
      "round trip, 1 MiB each way: bandwidth (>= 0.8 of MPI's)"),
 ]
