@@ -15,6 +15,8 @@
 #include <type_traits>
 #include <vector>
 
+#include <Eigen/Core>
+
 #include "ops/cpu/kernels.h"
 #include "ops/math/math_util.h"
 
@@ -146,24 +148,35 @@ struct DimGroup {
   bool reduced;
 };
 
-// out (already holding R's identity) = R-reduction of x over `mask`.
-template <typename R, typename T>
-void reduce_into(const OpKernelContext& ctx, const T* x, const Shape& shape, uint32_t mask,
-                 T* out) {
-  // Drop size-1 dimensions and merge neighbours of the same kind.
-  std::array<DimGroup, Shape::kMaxRank> groups{};
+// `shape`'s dimensions without the size-1 ones, neighbours of the same
+// kind (reduced or kept by `mask`) merged; at least one group.
+struct DimGroups {
+  std::array<DimGroup, Shape::kMaxRank> g{};
   int k = 0;
+};
+DimGroups group_dims(const Shape& shape, uint32_t mask) {
+  DimGroups out;
   for (int i = 0; i < shape.rank(); ++i) {
     const int64_t d = shape.dim(i);
     if (d == 1) continue;
     const bool reduced = (mask >> i) & 1u;
-    if (k > 0 && groups[k - 1].reduced == reduced) {
-      groups[k - 1].size *= d;
+    if (out.k > 0 && out.g[out.k - 1].reduced == reduced) {
+      out.g[out.k - 1].size *= d;
     } else {
-      groups[k++] = DimGroup{d, reduced};
+      out.g[out.k++] = DimGroup{d, reduced};
     }
   }
-  if (k == 0) groups[k++] = DimGroup{1, false};  // one element
+  if (out.k == 0) out.g[out.k++] = DimGroup{1, false};  // one element
+  return out;
+}
+
+// out (already holding R's identity) = R-reduction of x over `mask`.
+template <typename R, typename T>
+void reduce_into(const OpKernelContext& ctx, const T* x, const Shape& shape, uint32_t mask,
+                 T* out) {
+  const DimGroups dims = group_dims(shape, mask);
+  const auto& groups = dims.g;
+  const int k = dims.k;
   const cpu::TypedKernels<T>& kern = cpu::kernels().typed<T>();
 
   if (k == 2 && !groups[0].reduced) {
@@ -215,6 +228,78 @@ void reduce_into(const OpKernelContext& ctx, const T* x, const Shape& shape, uin
   }
 }
 
+// float32 sums add in double: a float running total stops growing once it
+// is 2^24 times what is added (2e7 ones summed to 16,777,216, their mean to
+// 0.84), and a long contiguous sum drifted by 3.5% over 2e8 elements.
+// Contiguous runs and rows alike accumulate doubles; out = sum / divisor
+// (1 for Sum, the element count for Mean), rounded to float once.
+double sum_run(const float* x, int64_t n) {
+  // Eigen vectorizes the conversion and keeps several partial sums.
+  return Eigen::Map<const Eigen::ArrayXf>(x, static_cast<Eigen::Index>(n)).cast<double>().sum();
+}
+
+void sum_floats_into(const OpKernelContext& ctx, const float* x, const Shape& shape, uint32_t mask,
+                     double divisor, std::span<float> out) {
+  const DimGroups dims = group_dims(shape, mask);
+  const auto& groups = dims.g;
+  const int k = dims.k;
+  if (k == 2 && !groups[0].reduced) {
+    const int64_t inner = groups[1].size;
+    ctx.parallel_for(groups[0].size, std::max<int64_t>(1, kGrain / inner),
+                     [&](int64_t b, int64_t e) {
+                       for (int64_t r = b; r < e; ++r) {
+                         out[static_cast<std::size_t>(r)] =
+                             static_cast<float>(sum_run(x + r * inner, inner) / divisor);
+                       }
+                     });
+    return;
+  }
+  if (k == 2) {
+    const int64_t rows = groups[0].size;
+    const int64_t cols = groups[1].size;
+    ctx.parallel_for(cols, std::max<int64_t>(64, kGrain / rows), [&](int64_t b, int64_t e) {
+      std::vector<double> acc(static_cast<std::size_t>(e - b), 0.0);
+      for (int64_t r = 0; r < rows; ++r) {
+        const float* row = x + r * cols + b;
+        for (std::size_t j = 0; j < acc.size(); ++j) acc[j] += static_cast<double>(row[j]);
+      }
+      for (std::size_t j = 0; j < acc.size(); ++j) {
+        out[static_cast<std::size_t>(b) + j] = static_cast<float>(acc[j] / divisor);
+      }
+    });
+    return;
+  }
+  // General: the odometer of reduce_into, into doubles.
+  std::vector<double> acc(out.size(), 0.0);
+  std::array<int64_t, Shape::kMaxRank> out_stride{};
+  int64_t stride = 1;
+  for (int d = k - 1; d >= 0; --d) {
+    out_stride[d] = groups[d].reduced ? 0 : stride;
+    if (!groups[d].reduced) stride *= groups[d].size;
+  }
+  const DimGroup inner = groups[k - 1];
+  const int64_t rows = shape.num_elements() / inner.size;
+  std::array<int64_t, Shape::kMaxRank> idx{};
+  int64_t oo = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* in = x + r * inner.size;
+    if (inner.reduced) {
+      acc[static_cast<std::size_t>(oo)] += sum_run(in, inner.size);
+    } else {
+      for (int64_t j = 0; j < inner.size; ++j) {
+        acc[static_cast<std::size_t>(oo + j)] += static_cast<double>(in[j]);
+      }
+    }
+    for (int d = k - 2; d >= 0; --d) {
+      oo += out_stride[d];
+      if (++idx[d] < groups[d].size) break;
+      oo -= out_stride[d] * groups[d].size;
+      idx[d] = 0;
+    }
+  }
+  for (std::size_t j = 0; j < acc.size(); ++j) out[j] = static_cast<float>(acc[j] / divisor);
+}
+
 // Thread safety: immutable after construction; compute() may run
 // concurrently.
 template <typename R>
@@ -239,6 +324,13 @@ class ReductionOp final : public OpKernel {
       const std::span<T> out = y->flat<T>();
       std::fill(out.begin(), out.end(), R::template identity<T>());
       if (out.empty()) return Status::ok();
+      if constexpr (std::is_same_v<T, float> && R::kOp == cpu::ReduceOp::kSum) {
+        if (x.num_elements() > 0) {
+          sum_floats_into(ctx, x.flat<float>().data(), x.shape(), mask,
+                          R::kMean ? static_cast<double>(count) : 1.0, out);
+          return Status::ok();
+        }
+      }
       if (x.num_elements() > 0) {
         reduce_into<R, T>(ctx, x.flat<T>().data(), x.shape(), mask, out.data());
       }

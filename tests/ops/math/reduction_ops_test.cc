@@ -154,6 +154,41 @@ TEST(ReductionOpsTest, LargeRowAndColumnReductionsMatchReference) {
       IsOkAndHolds(TensorEq(Tensor::from_span(Shape{cols}, std::span<const int64_t>(col_max)))));
 }
 
+// float32 sums add in double: after 2^24 a float running total no longer
+// grows by 1, so 2^24 followed by a million ones summed to 2^24 (and a
+// mean of ones stayed under 1). 2^24 + 10^6 is a float, and so the exact
+// answer, along a row (contiguous), down columns (rows accumulate), and
+// over the outer and inner axes of a rank-3 input (the general path).
+TEST(ReductionOpsTest, Float32SumsAndMeansDoNotLoseSmallAddends) {
+  constexpr int64_t kOnes = 1'000'000;
+  constexpr float kBig = 16777216.0f;  // 2^24
+  constexpr float kExact = kBig + static_cast<float>(kOnes);
+  std::vector<float> row(kOnes + 1, 1.0f);
+  row[0] = kBig;
+  EXPECT_THAT(
+      reduce(kSum, Tensor::from_span(Shape{kOnes + 1}, std::span<const float>(row)), Axes{0}),
+      IsOkAndHolds(TensorEq(Tensor(kExact))));
+  // Two columns: [2^24, 1, 1, ...] and all ones.
+  std::vector<float> columns(2 * (kOnes + 1), 1.0f);
+  columns[0] = kBig;
+  const Tensor m = Tensor::from_span(Shape{kOnes + 1, 2}, std::span<const float>(columns));
+  EXPECT_THAT(reduce(kSum, m, Axes{0}),
+              IsOkAndHolds(TensorEq(Tensor{kExact, static_cast<float>(kOnes + 1)})));
+  EXPECT_THAT(reduce(kMean, m, Axes{0}),
+              IsOkAndHolds(TensorEq(Tensor{kExact / static_cast<float>(kOnes + 1), 1.0f})));
+  // [2, kOnes + 1, 1... ]: rank 3 [2, n, 2] over axes 0 and 1 (outer and
+  // middle reduced, inner kept) and over axes 1 and 2 (a middle kept).
+  std::vector<float> cube(2 * (kOnes + 1) * 2, 1.0f);
+  cube[0] = kBig;
+  const Tensor c = Tensor::from_span(Shape{2, kOnes + 1, 2}, std::span<const float>(cube));
+  EXPECT_THAT(reduce(kSum, c, Axes{0, 1}),
+              IsOkAndHolds(TensorEq(Tensor{kExact + static_cast<float>(kOnes + 1),
+                                           static_cast<float>(2 * (kOnes + 1))})));
+  EXPECT_THAT(reduce(kSum, c, Axes{1, 2}),
+              IsOkAndHolds(TensorEq(Tensor{kExact + static_cast<float>(kOnes + 1),
+                                           static_cast<float>(2 * (kOnes + 1))})));
+}
+
 TEST(ReductionOpsTest, EmptyInputs) {
   EXPECT_THAT(reduce(kSum, Tensor(DType::kFloat32, Shape{0, 3}), Axes{0}),
               IsOkAndHolds(TensorEq(Tensor{0.0f, 0.0f, 0.0f})));
