@@ -188,18 +188,43 @@ grpc::ServerUnaryReactor* answer_async(RequestHandler& handler, std::atomic<std:
 
 }  // namespace
 
+namespace {
+// Bytes a status message takes in metadata: gRPC percent-encodes every byte
+// outside printable ASCII, and '%' itself, as three ("%C3%A9" for "é").
+std::size_t encoded_size(unsigned char c) { return c < 0x20 || c > 0x7E || c == '%' ? 3 : 1; }
+}  // namespace
+
+std::size_t encoded_message_size(std::string_view message) {
+  std::size_t n = 0;
+  for (const char c : message) n += encoded_size(static_cast<unsigned char>(c));
+  return n;
+}
+
 std::string cap_status_message(std::string_view message, std::size_t max_bytes) {
-  if (message.size() <= max_bytes) return std::string(message);
+  if (encoded_message_size(message) <= max_bytes) return std::string(message);
   // The suffix's digits depend on the cut, which depends on the suffix:
   // start from the longest suffix, then keep more while the count shrinks
-  // (keep only grows, so this ends within a few rounds).
+  // (keep only grows, so this ends within a few rounds). The suffix is
+  // plain ASCII: its encoded size is its size.
   const auto suffix_size = [&](std::size_t keep) {
     return fmt::formatted_size("... ({} bytes cut)", message.size() - keep);
+  };
+  // The longest head whose encoded size is at most `budget`.
+  const auto head_within = [&](std::size_t budget) {
+    std::size_t used = 0;
+    std::size_t k = 0;
+    while (k < message.size()) {
+      const std::size_t c = encoded_size(static_cast<unsigned char>(message[k]));
+      if (used + c > budget) break;
+      used += c;
+      ++k;
+    }
+    return k;
   };
   std::size_t keep = 0;
   for (;;) {
     const std::size_t suffix = suffix_size(keep);
-    const std::size_t next = max_bytes > suffix ? max_bytes - suffix : 0;
+    const std::size_t next = max_bytes > suffix ? head_within(max_bytes - suffix) : 0;
     if (next <= keep) break;
     keep = next;
   }

@@ -356,7 +356,47 @@ TEST(CapStatusMessageTest, KeepsTheHeadAndCountsTheCut) {
   const std::string cut = cap_status_message(accents, 41);
   const std::size_t accent_head = cut.find("...");
   EXPECT_EQ(accent_head % 2, 0u);
-  EXPECT_LE(cut.size(), 41u);
+  EXPECT_LE(encoded_message_size(cut), 41u);
+}
+
+// gRPC percent-encodes the message in metadata: non-ASCII bytes, control
+// bytes and '%' take three bytes each, so the cap counts them as three (a
+// 700-"é" name made a 4,096-byte message 8 KiB on the wire, past a client's
+// metadata limit: RESOURCE_EXHAUSTED instead of the real error).
+TEST(CapStatusMessageTest, CountsPercentEncodedBytesAsGrpcSendsThem) {
+  EXPECT_EQ(encoded_message_size("plain text"), 10u);
+  EXPECT_EQ(encoded_message_size("100%"), 6u);
+  EXPECT_EQ(encoded_message_size("\xc3\xa9\x01\n"), 12u);
+  std::string accents;
+  for (int i = 0; i < 700; ++i) accents += "\xc3\xa9";
+  const std::string capped = cap_status_message("node '" + accents + "': not found", 4096);
+  EXPECT_LE(encoded_message_size(capped), 4096u);
+  EXPECT_THAT(capped, ::testing::EndsWith(" bytes cut)"));
+  EXPECT_THAT(capped, StartsWith("node '\xc3\xa9"));
+  const std::string percents(3000, '%');
+  EXPECT_LE(encoded_message_size(cap_status_message(percents, 4096)), 4096u);
+  // What fits once encoded is kept whole.
+  const std::string fits(1000, '%');
+  EXPECT_EQ(cap_status_message(fits, 4096), fits);
+}
+
+// The same end to end: a fetch name of 700 "é" and one of 1,500 "%" come
+// back as NOT_FOUND naming them, not as a metadata-size error.
+TEST_F(SessionServiceTest, NonAsciiNamesInErrorsFitTheClientsMetadataLimit) {
+  Graph g;
+  ops::Const(g, Tensor(1.0f), "one");
+  const std::string handle = create(g);
+  std::string accents;
+  for (int i = 0; i < 700; ++i) accents += "\xc3\xa9";
+  for (const std::string& name : {accents, std::string(1500, '%'), std::string(1500, '\x01')}) {
+    v1::RunRequest request;
+    request.set_session_handle(handle);
+    request.add_fetch(name);
+    v1::RunResponse response;
+    grpc::ClientContext context;
+    const grpc::Status status = stub_->Run(&context, request, &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << status.error_message();
+  }
 }
 
 }  // namespace

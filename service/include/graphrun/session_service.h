@@ -48,11 +48,16 @@ class RequestHandler;
 /// real code and text are lost (docs/service.md).
 inline constexpr std::size_t kMaxStatusMessageBytes = 4096;
 
-/// `message` if it fits in `max_bytes`; else its head (which names the node
-/// and op) followed by "... (N bytes cut)", `max_bytes` in all, cut at a
-/// UTF-8 character boundary. Thread-safe.
+/// `message` if it fits in `max_bytes` once percent-encoded as gRPC sends
+/// it (encoded_message_size); else its head (which names the node and op)
+/// followed by "... (N bytes cut)", at most `max_bytes` encoded in all, cut
+/// at a UTF-8 character boundary. Thread-safe.
 std::string cap_status_message(std::string_view message,
                                std::size_t max_bytes = kMaxStatusMessageBytes);
+
+/// The size of `message` in gRPC's metadata: every byte outside printable
+/// ASCII, and '%', is percent-encoded as three bytes. Thread-safe.
+std::size_t encoded_message_size(std::string_view message);
 
 /// `status` as a grpc::Status: the same code, the capped message.
 /// Thread-safe.
