@@ -105,20 +105,25 @@ grpc::Status answer(RequestHandler& handler, Method method, const grpc::ByteBuff
 // The reactor of a Run or PartialRun call: a client's cancellation (or its
 // deadline passing) requests a stop on the step's RunOptions::stop_token;
 // the step's done finishes it. It holds the call's session (so that the
-// session is never destroyed from its own done) and its place among the
-// calls in flight until gRPC is done with the call (OnDone).
+// session is never destroyed from its own done) until gRPC is done with
+// the call (OnDone), and its place among the calls in flight until it is
+// answered: an answered call (or a refused one) no longer counts, though
+// gRPC may take a while to clean it up (counting it until OnDone refused
+// calls while fewer than the limit ran, and refusals fed the count).
 class StepReactor final : public grpc::ServerUnaryReactor {
  public:
   explicit StepReactor(std::atomic<std::size_t>& in_flight) : in_flight_(in_flight) {}
   std::stop_token stop_token() const { return stop_.get_token(); }
+  // Called once.
   void finish(const grpc::Status& status, std::shared_ptr<void> hold) {
     hold_ = std::move(hold);
+    // release: pairs with the acquire of the next call's increment. Before
+    // Finish, after which OnDone may delete this at any moment.
+    in_flight_.fetch_sub(1, std::memory_order_acq_rel);
     Finish(status);
   }
   void OnCancel() override { stop_.request_stop(); }
   void OnDone() override {
-    // release: pairs with the acquire of the next call's increment
-    in_flight_.fetch_sub(1, std::memory_order_acq_rel);
     delete this;  // after Finish; the call is over
   }
 

@@ -446,6 +446,60 @@ TEST_F(AsyncServiceTest, CallsPastMaxCallsInFlightAreResourceExhausted) {
   EXPECT_TRUE(stub_->Run(&context, run_request(handle, "out"), &response).ok());
 }
 
+// A call counts among the calls in flight until it is answered, not until
+// gRPC has cleaned it up, and a refused call does not count at all: with
+// one slow call in flight and a limit of 5, four clients calling a quick
+// graph back to back (at most 5 calls at any moment) are never refused.
+// Counting calls until gRPC's OnDone refused such calls, and each refusal
+// raised the count for the next ones.
+TEST_F(AsyncServiceTest, AnsweredAndRefusedCallsLeaveTheCountOfCallsInFlight) {
+  ServerOptions options;
+  options.max_calls_in_flight = 5;
+  start_server(std::move(options));
+  const std::string slow = create(sleepy_graph(60'000));
+  Graph quick_graph;
+  ops::Identity(quick_graph, ops::Const(quick_graph, Tensor(1.0f), "c"), "out");
+  const std::string quick = create(quick_graph);
+  Calls calls(*stub_);
+  calls.start(run_request(slow, "out"));
+  ASSERT_TRUE(eventually([&] { return in_flight(*server_, "Run") == 1; }));
+  std::atomic<int> refused{0};
+  std::vector<std::thread> clients;
+  for (int t = 0; t < 4; ++t) {
+    clients.emplace_back([&] {
+      for (int i = 0; i < 100; ++i) {
+        grpc::ClientContext context;
+        v1::RunResponse response;
+        const grpc::Status status = stub_->Run(&context, run_request(quick, "out"), &response);
+        if (!status.ok()) {
+          ++refused;
+          ADD_FAILURE() << status.error_message();
+          return;
+        }
+      }
+    });
+  }
+  for (std::thread& c : clients) c.join();
+  EXPECT_EQ(refused, 0);
+  // Past the limit a call is refused, naming the limit: fill it with slow
+  // calls (the refusals do not count, so exactly 4 more fit).
+  for (int i = 0; i < 4; ++i) calls.start(run_request(slow, "out"));
+  ASSERT_TRUE(eventually([&] { return in_flight(*server_, "Run") == 5; }));
+  for (int i = 0; i < 3; ++i) {
+    grpc::ClientContext context;
+    v1::RunResponse response;
+    const grpc::Status status = stub_->Run(&context, run_request(quick, "out"), &response);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+    EXPECT_THAT(status.error_message(), HasSubstr("has 5 Run and PartialRun calls in flight"));
+  }
+  v1::CloseSessionRequest close;
+  close.set_session_handle(slow);
+  v1::CloseSessionResponse close_response;
+  grpc::ClientContext context;
+  ASSERT_TRUE(stub_->CloseSession(&context, close, &close_response).ok());
+  calls.wait();
+}
+
 // Closing the session answers its calls in flight, running or queued, with
 // CANCELLED. A call the server has received but not yet matched to its
 // session when the close lands finds the session gone: NOT_FOUND naming it

@@ -91,7 +91,7 @@ using RawSessionService = v1::SessionService::WithRawCallbackMethod_CreateSessio
 class SessionServiceImpl final : public RawSessionService {
  public:
   /// At most `max_calls_in_flight` Run and PartialRun calls are in flight at
-  /// once (from their arrival until gRPC is done with them); a call past it
+  /// once (from their arrival until they are answered); a call past it
   /// is RESOURCE_EXHAUSTED naming the limit, so that clients cannot queue
   /// unbounded work. No thread is held per call: the bound is on queued
   /// work (requests, feeds), not on threads.
