@@ -210,6 +210,24 @@ struct SessionRegistry::Entry {
 
   void touch() { last_use_ns.store(now_ns(), std::memory_order_relaxed); }
 
+  // Set before the session is closed (by CloseSession, the idle sweep or
+  // the server's end): a call that finds its partial run ended then says
+  // the session was closed, as the call in progress was told.
+  std::atomic<bool> closed{false};
+  void close() {
+    closed.store(true, std::memory_order_release);
+    static_cast<void>(session->close());
+  }
+
+  // Why a call that got the turn finds partial run `id` ended: the session
+  // was closed (CANCELLED, as the call in progress was answered), or the
+  // run failed or was cancelled (gone for the client, as after the call
+  // that ended it).
+  Status ended_partial_run(std::string_view id) const {
+    if (closed.load(std::memory_order_acquire)) return cancelled("Session has been closed.");
+    return not_found("partial run '{}' not found in session '{}'", id, handle);
+  }
+
   // Forgets the partial runs that completed, failed or were cancelled
   // (also by the session's idle timeout). Requires mu.
   void purge_done_locked() {
@@ -302,7 +320,7 @@ std::size_t SessionRegistry::close_idle_sessions() {
       }
     }
   }
-  for (const auto& entry : idle) static_cast<void>(entry->session->close());
+  for (const auto& entry : idle) entry->close();
   return idle.size();
 }
 
@@ -635,10 +653,10 @@ Result<std::vector<Tensor>> SessionRegistry::partial_run(
     ~EndTurn() { run->end_turn(); }
   } end_turn{run.get()};
   if (run->is_done()) {
-    // Failed or cancelled (perhaps by the call that had the turn): gone for
-    // the client, as after the call that ended it.
+    // Failed, cancelled (perhaps by the call that had the turn) or its
+    // session closed.
     forget();
-    return not_found("partial run '{}' not found in session '{}'", partial_run_id, handle);
+    return entry->ended_partial_run(partial_run_id);
   }
   // The call's timeout counts from its arrival, the wait for its turn
   // included.
@@ -711,12 +729,10 @@ void SessionRegistry::partial_run_async(std::string_view handle, std::string_vie
                         false);
     }
     if (call->run->is_done()) {
-      // Failed or cancelled (perhaps by the call that had the turn): gone
-      // for the client, as after the call that ended it.
+      // Failed, cancelled (perhaps by the call that had the turn) or its
+      // session closed.
       call->forget();
-      return call->fail(
-          not_found("partial run '{}' not found in session '{}'", call->id, call->entry->handle),
-          true);
+      return call->fail(call->entry->ended_partial_run(call->id), true);
     }
     // The call's timeout counts from its arrival, the wait for its turn
     // included.
@@ -779,6 +795,7 @@ Status SessionRegistry::close(std::string_view handle) {
   }
   // Cancels the calls in flight; they hold the entry, and the last one to
   // return destroys the session.
+  entry->closed.store(true, std::memory_order_release);
   return entry->session->close();
 }
 
@@ -788,7 +805,7 @@ void SessionRegistry::close_all() {
     const std::lock_guard lock(mu_);
     sessions.swap(sessions_);
   }
-  for (auto& [handle, entry] : sessions) static_cast<void>(entry->session->close());
+  for (auto& [handle, entry] : sessions) entry->close();
 }
 
 std::vector<SessionInfo> SessionRegistry::list() const {

@@ -349,5 +349,35 @@ TEST(SessionRegistryTest, AsyncCallsOnOnePartialRunQueueAndLeaveAtTheirStop) {
   }
 }
 
+// Calls queued on a partial run whose session closes are answered as the
+// call in progress is: CANCELLED "Session has been closed." (they were
+// NOT_FOUND naming the partial run, as if the client had used a stale
+// handle). The same for blocking calls.
+TEST(SessionRegistryTest, CallsQueuedOnAPartialRunOfAClosedSessionAreCancelled) {
+  SessionRegistry registry;
+  const std::string s = registry.create(testing::slow_partial_graph_def(2000)).value().handle;
+  const std::string pr = registry.partial_run_setup(s, {"a", "x"}, {"a2", "slow"}, {}).value();
+  AsyncResult first;
+  registry.partial_run_async(s, pr, {{"x", Tensor::filled(Shape{kSlowDim, kSlowDim}, 0.001f)}},
+                             {"slow"}, {}, {}, first.done());
+  std::vector<std::unique_ptr<AsyncResult>> queued;
+  for (int i = 0; i < 5; ++i) {
+    queued.push_back(std::make_unique<AsyncResult>());
+    registry.partial_run_async(s, pr, {{"a", Tensor(1.0f)}}, {"a2"}, {}, {}, queued.back()->done());
+  }
+  Result<std::vector<Tensor>> blocking = invalid_argument("not run");
+  std::thread waiter([&] {
+    blocking = registry.partial_run(s, pr, {{"a", Tensor(1.0f)}}, {"a2"}, {});
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));  // all queued behind the first
+  ASSERT_THAT(registry.close(s), IsOk());
+  EXPECT_THAT(first.future.get(), StatusIs(StatusCode::kCancelled, "Session has been closed."));
+  for (auto& q : queued) {
+    EXPECT_THAT(q->future.get(), StatusIs(StatusCode::kCancelled, "Session has been closed."));
+  }
+  waiter.join();
+  EXPECT_THAT(blocking, StatusIs(StatusCode::kCancelled, "Session has been closed."));
+}
+
 }  // namespace
 }  // namespace graphrun
