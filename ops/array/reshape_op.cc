@@ -18,6 +18,13 @@ Result<Shape> resolve_reshape(const Shape& in, std::span<const int64_t> requeste
                             ops_internal::dims_to_string(requested), requested.size(),
                             Shape::kMaxRank);
   }
+  // One rule for every shape (product_of_positive_dims): the dimensions
+  // above 0 must multiply within int64 wherever a 0 stands ([0,M,M] was
+  // accepted where [M,M,0] was refused, and its .npy could not be read).
+  if (!product_of_positive_dims(1, requested, std::numeric_limits<int64_t>::max())) {
+    return invalid_argument("requested shape {} has more elements than int64 can count",
+                            ops_internal::dims_to_string(requested));
+  }
   int unknown_index = -1;
   int64_t known = 1;  // product of the given dimensions
   for (std::size_t i = 0; i < requested.size(); ++i) {
@@ -32,11 +39,7 @@ Result<Shape> resolve_reshape(const Shape& in, std::span<const int64_t> requeste
       return invalid_argument("requested shape {} has a negative dimension {} (only -1 is allowed)",
                               ops_internal::dims_to_string(requested), d);
     } else {
-      if (d > 0 && known > std::numeric_limits<int64_t>::max() / d) {
-        return invalid_argument("requested shape {} has more elements than int64 can count",
-                                ops_internal::dims_to_string(requested));
-      }
-      known *= d;
+      known *= d;  // cannot overflow: the positive dimensions' product fits
     }
   }
   Shape out(requested);

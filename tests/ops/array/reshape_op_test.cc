@@ -182,6 +182,31 @@ TEST(ReshapeTest, MalformedRequestsAreErrors) {
   }
 }
 
+// Dimensions whose product passes int64 are refused wherever a 0 stands
+// (the one rule of every shape check): [0, 2^62, 2^62] of an empty tensor
+// was accepted where [2^62, 2^62, 0] was refused, and the .npy the CLI
+// wrote of it could not be read back.
+TEST(ReshapeTest, AnOverflowingShapeIsRefusedWhereverTheZeroStands) {
+  constexpr int64_t kHuge = int64_t{1} << 62;
+  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{0, kHuge, kHuge},
+                                            std::vector<int64_t>{kHuge, 0, kHuge},
+                                            std::vector<int64_t>{kHuge, kHuge, 0}}) {
+    Graph g;
+    Output s = ops::Placeholder(g, DType::kInt64, Shape{3}, "s");
+    Output y = ops::Reshape(g, ops::Const(g, Tensor(DType::kFloat32, Shape{0})), s);
+    ASSERT_TRUE(g.status().is_ok());
+    EXPECT_THAT(run_one(g, y, {{s, Tensor::from_span(Shape{3}, std::span<const int64_t>(shape))}}),
+                StatusIs(StatusCode::kInvalidArgument, "more elements than int64 can count"));
+  }
+  // Within bounds, a 0 anywhere makes an empty tensor of that shape.
+  constexpr int64_t kBig = int64_t{1} << 40;
+  Graph g;
+  Output y = ops::Reshape(g, ops::Const(g, Tensor(DType::kFloat32, Shape{0})),
+                          std::vector<int64_t>{0, kBig, 3});
+  ASSERT_TRUE(g.status().is_ok()) << g.status().to_string();
+  EXPECT_THAT(run_one(g, y), IsOkAndHolds(TensorEq(Tensor(DType::kFloat32, Shape{0, kBig, 3}))));
+}
+
 TEST(ReshapeTest, ShapeMustBeAnIntVector) {
   Graph g;
   Output y = ops::Reshape(g, ops::Const(g, k2x3), ops::Const(g, Tensor::matrix<int32_t>({{6}})));
