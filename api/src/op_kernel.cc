@@ -117,27 +117,26 @@ Result<Shape> broadcast_shapes(const Shape& a, const Shape& b) {
 
 // ---- OpKernelContext ----
 
-namespace {
-// The bytes of a `dtype` tensor of `shape`, saturating at INT64_MAX.
-int64_t tensor_bytes(DType dtype, const Shape& shape) {
-  int64_t bytes = static_cast<int64_t>(dtype_size(dtype));
-  for (int d = 0; d < shape.rank(); ++d) {
-    const int64_t n = shape.dim(d);
-    if (n <= 0) return 0;
-    if (bytes > std::numeric_limits<int64_t>::max() / n) return std::numeric_limits<int64_t>::max();
-    bytes *= n;
-  }
-  return bytes;
-}
-}  // namespace
-
 Status OpKernelContext::check_output_size(int i, const Shape& shape) const {
   if (runtime_.max_tensor_bytes <= 0 || shape.is_unknown_rank()) return Status::ok();
-  const int64_t bytes = tensor_bytes(node_.output_dtype(i), shape);
+  const DType dtype = node_.output_dtype(i);
+  // The one counting rule (product_of_positive_dims): the dimensions above
+  // 0 must fit wherever a 0 stands; a tensor with a 0 takes no bytes.
+  const std::optional<int64_t> counted = product_of_positive_dims(
+      static_cast<int64_t>(dtype_size(dtype)), shape.dims(), std::numeric_limits<int64_t>::max());
+  if (!counted) {
+    return resource_exhausted(
+        "output {} ({}{}) would take more than {} bytes (limit SessionOptions::max_tensor_bytes = "
+        "{})",
+        i, dtype_name(dtype), shape.to_string(), std::numeric_limits<int64_t>::max(),
+        runtime_.max_tensor_bytes);
+  }
+  const bool empty = std::ranges::find(shape.dims(), 0) != shape.dims().end();
+  const int64_t bytes = empty ? 0 : *counted;
   if (bytes > runtime_.max_tensor_bytes) {
     return resource_exhausted(
         "output {} ({}{}) would take {} bytes (limit SessionOptions::max_tensor_bytes = {})", i,
-        dtype_name(node_.output_dtype(i)), shape.to_string(), bytes, runtime_.max_tensor_bytes);
+        dtype_name(dtype), shape.to_string(), bytes, runtime_.max_tensor_bytes);
   }
   return Status::ok();
 }

@@ -418,6 +418,23 @@ TEST(SessionTest, OutputsPastMaxTensorBytesAreResourceExhausted) {
                        "15099494400 bytes (limit SessionOptions::max_tensor_bytes = 1048576)"));
   EXPECT_THAT(s->run({{"dims", Tensor::vector<int32_t>({513, 512})}}, {"made"}),
               StatusIs(StatusCode::kResourceExhausted, "max_tensor_bytes"));
+  // Past what int64 counts: "more than" the largest count, not that count
+  // as if it were the size; and so wherever a 0 stands.
+  Graph big;
+  Output dims64 = ops::Placeholder(big, DType::kInt64, Shape{3}, "dims");
+  ops::Fill(big, dims64, ops::Const(big, Tensor(1.0f)), "made");
+  auto s64 = Session::create(big, options).value();
+  constexpr int64_t k31 = int64_t{1} << 31;
+  for (const auto& d : {std::vector<int64_t>{k31, k31, 1}, std::vector<int64_t>{0, k31, k31}}) {
+    EXPECT_THAT(
+        s64->run({{"dims", Tensor::from_span(Shape{3}, std::span<const int64_t>(d))}}, {"made"}),
+        StatusIs(StatusCode::kResourceExhausted, "would take more than 9223372036854775807 bytes"));
+  }
+  // Within it, a 0 makes an empty tensor, whatever the other dimensions.
+  const std::vector<int64_t> empty{0, int64_t{1} << 40, 3};
+  EXPECT_THAT(
+      s64->run({{"dims", Tensor::from_span(Shape{3}, std::span<const int64_t>(empty))}}, {"made"}),
+      IsOk());
 }
 
 TEST(SessionTest, InvalidOptions) {

@@ -188,9 +188,9 @@ TEST(ReshapeTest, MalformedRequestsAreErrors) {
 // wrote of it could not be read back.
 TEST(ReshapeTest, AnOverflowingShapeIsRefusedWhereverTheZeroStands) {
   constexpr int64_t kHuge = int64_t{1} << 62;
-  for (const std::vector<int64_t>& shape : {std::vector<int64_t>{0, kHuge, kHuge},
-                                            std::vector<int64_t>{kHuge, 0, kHuge},
-                                            std::vector<int64_t>{kHuge, kHuge, 0}}) {
+  for (const std::vector<int64_t>& shape :
+       {std::vector<int64_t>{0, kHuge, kHuge}, std::vector<int64_t>{kHuge, 0, kHuge},
+        std::vector<int64_t>{kHuge, kHuge, 0}}) {
     Graph g;
     Output s = ops::Placeholder(g, DType::kInt64, Shape{3}, "s");
     Output y = ops::Reshape(g, ops::Const(g, Tensor(DType::kFloat32, Shape{0})), s);
