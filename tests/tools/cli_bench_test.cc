@@ -73,10 +73,20 @@ TEST_F(CliTest, BenchErrors) {
   expect_error(run({"bench", g, "--feed", "x=1,2,3", "--fetch", "nope", "--runs", "10"}), 1,
                "fetch 'nope'");
   expect_error(run({"bench", g, "--feed", "x=1,2,3", "--fetch", "add"}), 2,
-               "exactly one of --runs N and --seconds S");
+               "exactly one of --runs N (N >= 1) and --seconds S (S > 0)");
   expect_error(
       run({"bench", g, "--feed", "x=1,2,3", "--fetch", "add", "--runs", "5", "--seconds", "1"}), 2,
-      "exactly one of --runs N and --seconds S");
+      "exactly one of --runs N (N >= 1) and --seconds S (S > 0)");
+  // --runs 0 gives no count: the message says so rather than "one of".
+  expect_error(run({"bench", g, "--feed", "x=1,2,3", "--fetch", "add", "--runs", "0"}), 2,
+               "--runs 0 and --seconds 0 give neither");
+  // --warmup is bounded (9223372036854775807 ran until killed).
+  expect_error(run({"bench", g, "--feed", "x=1,2,3", "--fetch", "add", "--runs", "1", "--warmup",
+                    "9223372036854775807"}),
+               2, "--warmup 9223372036854775807: must be from 0 to 1000000");
+  // No run within the time: an error, not statistics of nothing (zeros).
+  expect_error(run({"bench", g, "--feed", "x=1,2,3", "--fetch", "add", "--seconds", "1e-300"}), 1,
+               "no run completed in --seconds 1e-300");
   expect_error(run({"bench", g, "--feed", "x=1,,3", "--fetch", "add", "--runs", "5"}), 2, "x");
   expect_error(run({"bench", g, "--runs", "5"}), 2, "nothing to run");
   // A thread count past the cap is refused before any pool is made (65537

@@ -40,6 +40,10 @@ TEST_F(CliErrorTest, BadFeedSyntaxExits2) {
   expect_error(run({"run", kTf + "/const_plus_placeholder_add.pbtxt", "--partial", "fetch",
                     "--fetch", "add"}),
                2, "--partial");
+  // One sign: "+-1" was read as -1.
+  expect_error(run({"run", kTf + "/const_plus_placeholder_add.pbtxt", "--feed", "x=+-1,2,3",
+                    "--fetch", "add"}),
+               2, "'+-1' is not a number");
 }
 
 TEST_F(CliErrorTest, UnknownTensorExits1) {
@@ -47,6 +51,27 @@ TEST_F(CliErrorTest, UnknownTensorExits1) {
   expect_error(run({"run", g, "--feed", "nope=1", "--fetch", "add"}), 1, "feed 'nope'");
   expect_error(run({"run", g, "--feed", "x=1,2,3", "--fetch", "add:7"}), 1, "fetch 'add:7'");
   expect_error(run({"run", g, "--target", "nope"}), 1, "target 'nope'");
+  // A target's output index must be one of the node's, as a fetch's.
+  expect_error(run({"run", g, "--feed", "x=1,2,3", "--target", "add:5"}), 1,
+               "target 'add:5': node 'add' (Add) has 1 output(s)");
+  expect_error(run({"dot", g, "--target", "add:7"}), 1, "target 'add:7'");
+}
+
+// Standard output that cannot be written (a full disk) is an error, as an
+// -o or --trace file is: the result is not lost with exit code 0.
+TEST_F(CliErrorTest, StandardOutputThatCannotBeWrittenExits1) {
+  const std::string g = kTf + "/const_plus_placeholder_add.pbtxt";
+  const std::vector<std::vector<std::string>> commands = {
+      {"run", g, "--feed", "x=1,2,3", "--fetch", "add"},
+      {"dot", g, "--fetch", "add"},
+      {"bench", g, "--feed", "x=1,2,3", "--fetch", "add", "--runs", "3"},
+      {"info"}};
+  for (const auto& args : commands) {
+    const Outcome o = run_with_env("", args, "/dev/full");
+    EXPECT_EQ(o.code, 1) << args[0];
+    EXPECT_EQ(o.signal, 0) << args[0];
+    EXPECT_THAT(o.err, HasSubstr("graphrun: cannot write to standard output")) << args[0];
+  }
 }
 
 TEST_F(CliErrorTest, DtypeMismatchExits1) {
@@ -86,6 +111,11 @@ TEST_F(CliErrorTest, UsageErrorsExit2) {
                "--partial cannot be combined");
   expect_error(run({"run", g, "--bogus"}), 2, "--bogus");
   expect_error(run({}), 2, "subcommand");
+  // --print-limit takes a count: not empty, not past int64.
+  for (const char* limit : {"", "99999999999999999999", "-1", "1.5", "x"}) {
+    expect_error(run({"run", g, "--feed", "x=1,2,3", "--fetch", "add", "--print-limit", limit}), 2,
+                 "--print-limit");
+  }
 }
 
 // Files the CLI cannot take (issue 12, item 4). Each once ended in a signal:

@@ -209,6 +209,19 @@ TEST(CliErrorLineTest, LongMessagesAreCutAtASeparator) {
   EXPECT_EQ(one_line(short_message), short_message);
 }
 
+// JSON is UTF-8: well-formed sequences pass, every other byte (a graph
+// path is any bytes) becomes U+FFFD, so that the trace always parses.
+TEST(CliTraceTest, JsonEscapeKeepsUtf8AndReplacesOtherBytes) {
+  EXPECT_EQ(json_escape("a\"b\\c\n"), R"("a\"b\\c\u000a")");
+  EXPECT_EQ(json_escape("caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80"),
+            "\"caf\xc3\xa9 \xe2\x82\xac \xf0\x9f\x98\x80\"");
+  EXPECT_EQ(json_escape("weird\xff\"dir"), R"("weird\ufffd\"dir")");
+  EXPECT_EQ(json_escape("\xc0\xaf"), R"("\ufffd\ufffd")");                      // overlong '/'
+  EXPECT_EQ(json_escape("\xed\xa0\x80"), R"("\ufffd\ufffd\ufffd")");            // a surrogate
+  EXPECT_EQ(json_escape("\xf4\x90\x80\x80"), R"("\ufffd\ufffd\ufffd\ufffd")");  // > U+10FFFF
+  EXPECT_EQ(json_escape("\xe2\x82"), R"("\ufffd\ufffd")");                      // cut short
+}
+
 TEST(CliTraceTest, EscapesNamesAndEmitsMetadata) {
   NodeExecStats s;
   s.node = "a\"b\\c";

@@ -55,8 +55,11 @@ class CliTest : public ::testing::Test {
     std::string err;
   };
   Outcome run(const std::vector<std::string>& args) { return run_with_env("", args); }
-  // `env`: shell assignments put before the command ("PATH=/nowhere").
-  Outcome run_with_env(const std::string& env, const std::vector<std::string>& args) {
+  // `env`: shell assignments put before the command ("PATH=/nowhere");
+  // `stdout_to`: where standard output goes instead of Outcome::out (e.g.
+  // /dev/full).
+  Outcome run_with_env(const std::string& env, const std::vector<std::string>& args,
+                       const std::string& stdout_to = "") {
     std::string cmd = env;
     if (!cmd.empty()) cmd.push_back(' ');
     cmd.append(quote(GRAPHRUN_CLI_BINARY));
@@ -66,7 +69,8 @@ class CliTest : public ::testing::Test {
       cmd.push_back(' ');
       cmd.append(quote(a));
     }
-    const auto out = dir_ / "stdout";
+    const std::filesystem::path out =
+        stdout_to.empty() ? dir_ / "stdout" : std::filesystem::path(stdout_to);
     const auto err = dir_ / "stderr";
     cmd.append(" >");
     cmd.append(quote(out.string()));
@@ -82,7 +86,7 @@ class CliTest : public ::testing::Test {
     } else if (o.code > 128) {
       o.signal = o.code - 128;
     }
-    o.out = read_text(out);
+    o.out = stdout_to.empty() ? read_text(out) : std::string();
     o.err = read_text(err);
     return o;
   }

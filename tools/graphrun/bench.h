@@ -31,6 +31,9 @@ inline constexpr int kMaxBenchThreads = 1024;
 // The longest `--seconds` (a week): the deadline is computed on the steady
 // clock in nanoseconds, which 1e300 s would overflow.
 inline constexpr double kMaxBenchSeconds = 7 * 24 * 3600.0;
+// Untimed runs per thread before timing, at most (a bound, as --threads and
+// --seconds have: --warmup 2^63 ran until killed).
+inline constexpr int64_t kMaxBenchWarmup = 1'000'000;
 
 // `graphrun bench`'s arguments, as given on the command line.
 struct BenchArgs {

@@ -45,7 +45,11 @@ std::vector<std::string_view> split(std::string_view s, char sep) {
 // hold, invalid_argument when it is not a number.
 template <typename T>
 std::errc parse_number_ec(std::string_view token, T& value) {
-  if (token.starts_with('+')) token.remove_prefix(1);
+  if (token.starts_with('+')) {
+    token.remove_prefix(1);
+    // One sign: "+-1" is not a number (from_chars would read "-1").
+    if (token.starts_with('-') || token.starts_with('+')) return std::errc::invalid_argument;
+  }
   if (token.empty()) return std::errc::invalid_argument;
   const auto [end, ec] = std::from_chars(token.data(), token.data() + token.size(), value);
   if (end != token.data() + token.size()) return std::errc::invalid_argument;
@@ -295,19 +299,64 @@ std::string one_line(std::string in) {
   return out;
 }
 
+namespace {
+// The length of the well-formed UTF-8 sequence at the start of `s` (RFC
+// 3629: no overlong forms, surrogates or code points past U+10FFFF), or 0.
+std::size_t utf8_sequence(std::string_view s) {
+  const auto byte = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
+  const unsigned char c = byte(0);
+  std::size_t n = 0;
+  unsigned char lo = 0x80;
+  unsigned char hi = 0xBF;  // the second byte's range
+  if (c >= 0xC2 && c <= 0xDF) {
+    n = 2;
+  } else if (c >= 0xE0 && c <= 0xEF) {
+    n = 3;
+    if (c == 0xE0) lo = 0xA0;
+    if (c == 0xED) hi = 0x9F;
+  } else if (c >= 0xF0 && c <= 0xF4) {
+    n = 4;
+    if (c == 0xF0) lo = 0x90;
+    if (c == 0xF4) hi = 0x8F;
+  } else {
+    return 0;
+  }
+  if (s.size() < n || byte(1) < lo || byte(1) > hi) return 0;
+  for (std::size_t i = 2; i < n; ++i) {
+    if ((byte(i) & 0xC0) != 0x80) return 0;
+  }
+  return n;
+}
+}  // namespace
+
 std::string json_escape(std::string_view s) {
   std::string out;
   out.reserve(s.size() + 2);
   out += '"';
-  for (const char c : s) {
+  for (std::size_t i = 0; i < s.size();) {
+    const char c = s[i];
+    const auto u = static_cast<unsigned char>(c);
     if (c == '"' || c == '\\') {
       out += '\\';
       out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
+    } else if (u < 0x20) {
+      out += fmt::format("\\u{:04x}", static_cast<unsigned>(u));
+    } else if (u >= 0x80) {
+      // JSON is UTF-8: a byte that starts no well-formed sequence (a path
+      // is any bytes) becomes U+FFFD, as a decoder would show it.
+      const std::size_t n = utf8_sequence(s.substr(i));
+      if (n == 0) {
+        out += "\\ufffd";
+        ++i;
+        continue;
+      }
+      out.append(s.substr(i, n));
+      i += n;
+      continue;
     } else {
       out += c;
     }
+    ++i;
   }
   out += '"';
   return out;
@@ -352,6 +401,11 @@ Status check_target(const Graph& graph, const std::string& name) {
   if (!parsed.is_ok()) return parsed.status().with_prefix(fmt::format("target '{}'", name));
   if (graph.find_node(parsed->node) == nullptr) {
     return not_found("target '{}': the graph has no node '{}'", name, parsed->node);
+  }
+  // "node:k" names an output: it must be one (as for --fetch).
+  if (name.find(':') != std::string::npos) {
+    auto output = graph.find_output(name);
+    if (!output.is_ok()) return output.status().with_prefix(fmt::format("target '{}'", name));
   }
   return Status::ok();
 }

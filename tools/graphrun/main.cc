@@ -3,9 +3,14 @@
 #include <fmt/format.h>
 
 #include <CLI/CLI.hpp>
+#include <cerrno>
+#include <charconv>
+#include <cstdint>
 #include <cstdio>
 #include <exception>
+#include <limits>
 #include <string>
+#include <system_error>
 
 #include "tools/graphrun/bench.h"
 #include "tools/graphrun/cli.h"
@@ -21,6 +26,32 @@ const CLI::Validator kNonEmptyPath(
       return path.empty() ? std::string("the path is empty") : std::string();
     },
     "PATH");
+
+// A whole decimal count from 0 to INT64_MAX: CLI11 read "" as 0 and took
+// counts past int64 without a word.
+const CLI::Validator kCount(
+    [](std::string& text) {
+      int64_t value = 0;
+      const auto [end, ec] = std::from_chars(text.data(), text.data() + text.size(), value);
+      if (text.empty() || ec != std::errc() || end != text.data() + text.size() || value < 0) {
+        return fmt::format("'{}' is not a count from 0 to {}", text,
+                           std::numeric_limits<int64_t>::max());
+      }
+      return std::string();
+    },
+    "COUNT");
+
+// `code`, unless standard output could not be written (a full disk,
+// /dev/full, a closed pipe's reader): then that is an error, exit 1, as
+// for -o and --trace files. The output would otherwise be lost silently.
+int checked_stdout(int code) {
+  errno = 0;
+  if (std::fflush(stdout) == 0 && std::ferror(stdout) == 0) return code;
+  const int error = errno;
+  fmt::print(stderr, "graphrun: cannot write to standard output: {}\n",
+             error != 0 ? std::generic_category().message(error) : std::string("write error"));
+  return code == 0 ? graphrun::cli::kExitRuntime : code;
+}
 
 int run_main(int argc, char** argv) {
   namespace cli = graphrun::cli;
@@ -55,6 +86,7 @@ int run_main(int argc, char** argv) {
       ->check(kNonEmptyPath);
   run->add_option("--print-limit", run_args.print_limit,
                   "Elements printed per fetched tensor (0: all)")
+      ->check(kCount)
       ->capture_default_str();
 
   cli::DotArgs dot_args;
@@ -129,11 +161,17 @@ int run_main(int argc, char** argv) {
     fmt::print(stderr, "graphrun: {} (see graphrun --help)\n", e.what());
     return cli::kExitUsage;
   }
-  if (run->parsed()) return cli::run_command(run_args, stdout, stderr);
-  if (dot->parsed()) return cli::dot_command(dot_args, stdout, stderr);
-  if (bench->parsed()) return cli::bench_command(bench_args, stdout, stderr);
-  if (info->parsed()) return cli::info_command(stdout, stderr);
-  return cli::kExitUsage;
+  int code = cli::kExitUsage;
+  if (run->parsed()) {
+    code = cli::run_command(run_args, stdout, stderr);
+  } else if (dot->parsed()) {
+    code = cli::dot_command(dot_args, stdout, stderr);
+  } else if (bench->parsed()) {
+    code = cli::bench_command(bench_args, stdout, stderr);
+  } else if (info->parsed()) {
+    code = cli::info_command(stdout, stderr);
+  }
+  return checked_stdout(code);
 }
 
 }  // namespace
