@@ -163,6 +163,27 @@ TEST_F(ServerHardeningTest, ThreadCountsPastTheCapAreInvalidArgumentNamingFieldV
   EXPECT_LT(::graphrun::testing::resident_bytes(server.child().pid()), rss_before + (64 << 20));
 }
 
+// A duration under half a millisecond rounded to 0, which for the idle
+// timeouts means "never": --session-idle-timeout 0.0001 kept sessions for
+// ever. Any duration above 0 is at least 1 ms.
+TEST_F(ServerHardeningTest, IdleTimeoutsUnderAMillisecondAreOneMillisecondNotNever) {
+  for (const char* timeout : {"0.0001", "1e-9s", "0.2ms"}) {
+    ServerProcess server({"--session-idle-timeout", timeout});
+    ASSERT_FALSE(server.address().empty()) << timeout;
+    auto channel = server.channel();
+    std::string bytes;
+    ASSERT_TRUE(raw_call(*channel, "CreateSession", tiny_create_request(), &bytes).ok());
+    v1::ListSessionsResponse listed;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    do {
+      std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      ASSERT_TRUE(raw_call(*channel, "ListSessions", "", &bytes).ok());
+      ASSERT_TRUE(listed.ParseFromString(bytes));
+    } while (listed.sessions_size() > 0 && std::chrono::steady_clock::now() < give_up);
+    EXPECT_EQ(listed.sessions_size(), 0) << timeout << ": the idle session was never closed";
+  }
+}
+
 TEST_F(ServerHardeningTest, OtherNegativeConfigFieldsAndTimeoutsAreNamed) {
   ServerProcess server({});
   ASSERT_FALSE(server.address().empty());

@@ -51,6 +51,9 @@ using graphrun::invalid_argument;
 using graphrun::Result;
 
 // "<number>[ms|s|m]": a bare number is seconds; decimals allowed ("0.5").
+// Rounded to the nearest millisecond, but a duration above 0 is at least
+// 1 ms: 0 means "never" for the idle timeouts, and 0.0001 (0.1 ms) was
+// silently that.
 Result<std::chrono::milliseconds> parse_duration(std::string_view flag, std::string_view text) {
   double scale = 1000;  // ms per unit
   std::string_view number = text;
@@ -70,7 +73,8 @@ Result<std::chrono::milliseconds> parse_duration(std::string_view flag, std::str
     return invalid_argument("{} '{}': expected a duration such as 30, 30s, 500ms or 2m", flag,
                             text);
   }
-  return std::chrono::milliseconds(static_cast<int64_t>(value * scale + 0.5));
+  const auto ms = static_cast<int64_t>(value * scale + 0.5);
+  return std::chrono::milliseconds(value > 0 && ms == 0 ? 1 : ms);
 }
 
 Result<std::string> read_file(std::string_view flag, const std::string& path) {
