@@ -374,18 +374,32 @@ void MetricsHttpServer::serve() {
 }
 
 std::string MetricsHttpServer::respond(std::string_view request) const {
+  // "METHOD TARGET HTTP/x.y": anything else (junk, a TLS hello, nothing at
+  // all) is 400 Bad Request, another HTTP version 505, a method other than
+  // GET or HEAD 405.
   const std::string_view line = request.substr(0, request.find_first_of("\r\n"));
   const std::size_t first_space = line.find(' ');
+  const std::size_t second_space =
+      first_space == std::string_view::npos ? first_space : line.find(' ', first_space + 1);
   const std::string_view method = line.substr(0, first_space);
   std::string_view target;
-  if (first_space != std::string_view::npos) {
-    target = line.substr(first_space + 1);
-    target = target.substr(0, target.find(' '));
+  std::string_view version;
+  if (second_space != std::string_view::npos) {
+    target = line.substr(first_space + 1, second_space - first_space - 1);
     target = target.substr(0, target.find('?'));
+    version = line.substr(second_space + 1);
   }
+  const bool is_token = !method.empty() && std::all_of(method.begin(), method.end(),
+                                                       [](char c) { return c >= 'A' && c <= 'Z'; });
   std::string status = "200 OK";
   std::string body;
-  if (method != "GET" && method != "HEAD") {
+  if (!is_token || target.empty() || !version.starts_with("HTTP/")) {
+    status = "400 Bad Request";
+    body = "not an HTTP request line; only GET /metrics\n";
+  } else if (!version.starts_with("HTTP/1.")) {
+    status = "505 HTTP Version Not Supported";
+    body = "HTTP/1.0 or 1.1 only; GET /metrics\n";
+  } else if (method != "GET" && method != "HEAD") {
     status = "405 Method Not Allowed";
     body = "only GET /metrics\n";
   } else if (target != "/metrics") {

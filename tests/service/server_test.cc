@@ -114,9 +114,9 @@ std::string read_file(const std::string& path) {
   return out.str();
 }
 
-// GET `path` from 127.0.0.1:`port` over HTTP/1.0: the whole response
-// (status line, headers, body), or "" when the connection fails.
-std::string http_get(int port, const std::string& path) {
+// Sends `request` to 127.0.0.1:`port`, closes the sending side, and
+// returns the whole response, or "" when the connection fails.
+std::string http_request(int port, const std::string& request) {
   const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return "";
   sockaddr_in address{};
@@ -125,9 +125,9 @@ std::string http_get(int port, const std::string& path) {
   address.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string response;
   if (::connect(fd, reinterpret_cast<const sockaddr*>(&address), sizeof(address)) == 0) {
-    const std::string request = "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n";
     if (::send(fd, request.data(), request.size(), MSG_NOSIGNAL) ==
         static_cast<ssize_t>(request.size())) {
+      ::shutdown(fd, SHUT_WR);
       char buffer[4096];
       ssize_t n = 0;
       while ((n = ::recv(fd, buffer, sizeof(buffer), 0)) > 0) {
@@ -137,6 +137,11 @@ std::string http_get(int port, const std::string& path) {
   }
   ::close(fd);
   return response;
+}
+
+// GET `path` over HTTP/1.0.
+std::string http_get(int port, const std::string& path) {
+  return http_request(port, "GET " + path + " HTTP/1.0\r\nHost: localhost\r\n\r\n");
 }
 
 int port_of(const std::string& host_port) {
@@ -601,6 +606,18 @@ TEST(ServerMetricsTest, ScrapeCountsRequestsByRpcAndCode) {
   EXPECT_EQ(sample(after, "graphrun_open_partial_runs"), "0");
   EXPECT_EQ(sample(after, requests("CloseSession", "OK")), "1");
   EXPECT_THAT(http_get(metrics_port, "/"), StartsWith("HTTP/1.0 404 Not Found\r\n"));
+  // Another method is 405; what is no HTTP/1 request line at all (junk, a
+  // TLS hello, an HTTP/2 preface, nothing) is 400 or 505, not 405.
+  EXPECT_THAT(http_request(metrics_port, "POST /metrics HTTP/1.0\r\n\r\n"),
+              StartsWith("HTTP/1.0 405 Method Not Allowed\r\n"));
+  for (const std::string& junk : {std::string("\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03", 11),
+                                  std::string("hello\r\n\r\n"), std::string("GET\r\n\r\n"),
+                                  std::string("get /metrics HTTP/1.0\r\n\r\n"), std::string()}) {
+    EXPECT_THAT(http_request(metrics_port, junk), StartsWith("HTTP/1.0 400 Bad Request\r\n"))
+        << junk;
+  }
+  EXPECT_THAT(http_request(metrics_port, "PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"),
+              StartsWith("HTTP/1.0 505 HTTP Version Not Supported\r\n"));
 
   server->shutdown();
   EXPECT_EQ(http_get(metrics_port, "/metrics"), "");  // the endpoint stops with the server
