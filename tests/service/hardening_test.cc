@@ -11,12 +11,16 @@
 #include <grpcpp/impl/codegen/client_unary_call.h>
 #include <grpcpp/impl/codegen/rpc_method.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 
 #include <array>
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <limits>
+#include <optional>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -161,6 +165,36 @@ TEST_F(ServerHardeningTest, ThreadCountsPastTheCapAreInvalidArgumentNamingFieldV
   expect_still_serving(*channel);
   // No pool of a million threads was ever made.
   EXPECT_LT(::graphrun::testing::resident_bytes(server.child().pid()), rss_before + (64 << 20));
+}
+
+// gRPC 1.51 stops accepting on a port for good once an accept fails for
+// want of a file descriptor (grpc/grpc#20418), so the server raises its
+// soft limit of open files to the hard limit at start: started with a soft
+// limit of 256, it runs with the hard one.
+TEST_F(ServerHardeningTest, TheServerTakesEveryOpenFileTheHardLimitAllows) {
+  rlimit saved{};
+  ASSERT_EQ(::getrlimit(RLIMIT_NOFILE, &saved), 0);
+  if (saved.rlim_max <= 256) GTEST_SKIP() << "the hard limit is " << saved.rlim_max;
+  rlimit low = saved;
+  low.rlim_cur = 256;
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &low), 0);
+  std::optional<ServerProcess> server;
+  server.emplace(std::vector<std::string>{});  // inherits the soft limit of 256
+  ASSERT_EQ(::setrlimit(RLIMIT_NOFILE, &saved), 0);
+  ASSERT_FALSE(server->address().empty());
+  std::ifstream limits("/proc/" + std::to_string(server->child().pid()) + "/limits");
+  std::string line;
+  std::string open_files;
+  while (std::getline(limits, line)) {
+    if (line.starts_with("Max open files")) open_files = line;
+  }
+  std::istringstream fields(open_files.substr(std::string("Max open files").size()));
+  std::string soft;
+  std::string hard;
+  fields >> soft >> hard;
+  EXPECT_EQ(soft, hard) << open_files;
+  EXPECT_EQ(soft, std::to_string(saved.rlim_max)) << open_files;
+  expect_still_serving(*server->channel());
 }
 
 // A duration under half a millisecond rounded to 0, which for the idle

@@ -21,6 +21,7 @@
 #include <graphrun/session.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <CLI/CLI.hpp>
@@ -75,6 +76,18 @@ Result<std::chrono::milliseconds> parse_duration(std::string_view flag, std::str
   }
   const auto ms = static_cast<int64_t>(value * scale + 0.5);
   return std::chrono::milliseconds(value > 0 && ms == 0 ? 1 : ms);
+}
+
+// Raises the soft limit of open files to the hard one. gRPC 1.51 stops
+// accepting connections on a port for good after one accept fails for
+// want of a file descriptor (grpc/grpc#20418: the listener is not armed
+// again), so the server takes every descriptor it may: 1024 idle clients
+// would otherwise end it for new ones under the common soft limit.
+void raise_open_files_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur >= limit.rlim_max) return;
+  limit.rlim_cur = limit.rlim_max;
+  static_cast<void>(::setrlimit(RLIMIT_NOFILE, &limit));  // best effort
 }
 
 Result<std::string> read_file(std::string_view flag, const std::string& path) {
@@ -355,6 +368,7 @@ int main(int argc, char** argv) {
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
+  raise_open_files_limit();
   auto server = graphrun::Server::start(std::move(options));
   if (!server.is_ok()) {
     const bool usage = server.status().code() == graphrun::StatusCode::kInvalidArgument;
