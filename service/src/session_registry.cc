@@ -551,6 +551,26 @@ Result<int64_t> SessionRegistry::extend(std::string_view handle, const v1::Graph
   GRAPHRUN_RETURN_IF_ERROR(reserve_bytes(entry->estimated_bytes, added));
   Reservation reservation{held_bytes_.get(), added};
   const int old_nodes = entry->graph_def.node_size();
+  {
+    // Named in the request's terms: the import below numbers the nodes of
+    // the session's graph and the request's together.
+    std::unordered_map<std::string_view, int> names;
+    names.reserve(static_cast<std::size_t>(old_nodes + new_nodes.node_size()));
+    for (const v1::NodeDef& node : entry->graph_def.node()) names.emplace(node.name(), -1);
+    for (int i = 0; i < new_nodes.node_size(); ++i) {
+      const v1::NodeDef& node = new_nodes.node(i);
+      const auto [it, inserted] = names.emplace(node.name(), i);
+      if (inserted) continue;
+      if (it->second < 0) {
+        return invalid_argument(
+            "node '{}' ({}), node #{} of the request: the session's graph "
+            "already has a node of that name",
+            node.name(), node.op(), i);
+      }
+      return invalid_argument("node '{}' ({}): the request names it twice (its nodes #{} and #{})",
+                              node.name(), node.op(), it->second, i);
+    }
+  }
   v1::GraphDef grown = entry->graph_def;
   for (const v1::NodeDef& node : new_nodes.node()) *grown.add_node() = node;
   GRAPHRUN_ASSIGN_OR_RETURN(Graph graph, graph_from_graph_def(grown));

@@ -104,9 +104,21 @@ TEST(SessionRegistryTest, ExtendChecksTheGraphVersion) {
               IsOkAndHolds(ElementsAre(TensorEq(Tensor(12.0f)))));
   EXPECT_THAT(registry.extend(created.handle, nodes, 0),
               StatusIs(StatusCode::kFailedPrecondition, "graph version 1"));
-  // A duplicate name is the import's error, naming the node.
+  // A duplicate name is named in the request's terms: which of its nodes,
+  // and whether the session's graph or the request itself has it already
+  // (the import numbered the session's nodes and the request's together).
   EXPECT_THAT(registry.extend(created.handle, nodes, 1),
-              StatusIs(StatusCode::kInvalidArgument, "'z'"));
+              StatusIs(StatusCode::kInvalidArgument,
+                       "node 'z' (Add), node #0 of the request: the session's graph already has "
+                       "a node of that name"));
+  Graph twice;
+  Output w = ops::Placeholder(twice, DType::kFloat32, Shape::unknown(), "w");
+  ops::Identity(twice, w, "w2");
+  v1::GraphDef doubled = graph_to_graph_def(twice).value();
+  *doubled.add_node() = doubled.node(1);
+  EXPECT_THAT(registry.extend(created.handle, doubled, 1),
+              StatusIs(StatusCode::kInvalidArgument,
+                       "node 'w2' (Identity): the request names it twice (its nodes #1 and #2)"));
   std::vector<SessionInfo> list = registry.list();
   ASSERT_EQ(list.size(), 1u);
   EXPECT_EQ(list[0].graph_version, 1);
