@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <stop_token>
+#include <unordered_map>
 
 #include "api/src/deadline.h"
 
