@@ -341,6 +341,11 @@ TEST_F(CliErrorTest, OutputPathsThatCannotBeWrittenExit1) {
   std::ofstream(file) << "x";
   expect_error(run({"run", g, "--feed", "x=1,2,3", "--fetch", "add", "--out-dir", file}), 1,
                "--out-dir '" + file + "': exists and is not a directory");
+  // A symbolic link to nothing is named so (it said "File exists").
+  const std::string dangling = (dir_ / "dangling").string();
+  std::filesystem::create_symlink(dir_ / "nowhere", dangling);
+  expect_error(run({"run", g, "--feed", "x=1,2,3", "--fetch", "add", "--out-dir", dangling}), 1,
+               "--out-dir '" + dangling + "': a symbolic link to a missing path");
   // The fetch's .npy path is taken by a directory.
   const std::string out = (dir_ / "out").string();
   std::filesystem::create_directories(out + "/add.npy");

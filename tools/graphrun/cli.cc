@@ -718,6 +718,12 @@ int run_command(const RunArgs& args, std::FILE* out, std::FILE* err) {
       return fail(kExitRuntime,
                   fmt::format("--out-dir '{}': exists and is not a directory", args.out_dir));
     }
+    // A symbolic link to nothing: "File exists" would be a riddle.
+    const auto link = std::filesystem::symlink_status(args.out_dir, ec);
+    if (std::filesystem::is_symlink(link) && !std::filesystem::exists(status)) {
+      return fail(kExitRuntime,
+                  fmt::format("--out-dir '{}': a symbolic link to a missing path", args.out_dir));
+    }
     std::filesystem::create_directories(args.out_dir, ec);
     if (ec) {
       return fail(kExitRuntime, fmt::format("--out-dir '{}': {}", args.out_dir, ec.message()));
