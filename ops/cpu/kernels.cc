@@ -469,9 +469,23 @@ void accumulate(ReduceOp op, const T* row, T* acc, int64_t n) {
   }
 }
 
+double sum_to_double(const float* x, int64_t n) {
+  // Eigen converts a packet of floats to doubles at a time and keeps
+  // several partial sums.
+  return InArray<float>(x, n).template cast<double>().sum();
+}
+
+void accumulate_to_double(const float* row, double* acc, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) acc[j] += static_cast<double>(row[j]);
+}
+
 template <typename T>
 constexpr TypedKernels<T> typed_kernels() {
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (std::is_same_v<T, float>) {
+    return TypedKernels<T>{&gemm<T>,        &unary<T>,      &binary<T>,
+                           &reduce<T>,      &accumulate<T>, &pack_b<T>,
+                           &gemm_packed<T>, &sum_to_double, &accumulate_to_double};
+  } else if constexpr (std::is_floating_point_v<T>) {
     return TypedKernels<T>{&gemm<T>,       &unary<T>,  &binary<T>,     &reduce<T>,
                            &accumulate<T>, &pack_b<T>, &gemm_packed<T>};
   } else {

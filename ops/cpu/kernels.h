@@ -67,6 +67,11 @@ using ReduceFn = T (*)(ReduceOp op, const T* x, int64_t n);
 // acc[j] = combine(acc[j], row[j]) for j in [0, n).
 template <typename T>
 using AccumulateFn = void (*)(ReduceOp op, const T* row, T* acc, int64_t n);
+// float32 sums in double (a float running total stops growing once it is
+// 2^24 times its addends): the sum of x[0, n), n >= 1; and acc[j] += row[j]
+// for j in [0, n).
+using SumToDoubleFn = double (*)(const float* x, int64_t n);
+using AccumulateToDoubleFn = void (*)(const float* row, double* acc, int64_t n);
 
 // Products at least this large (every edge >= kGemmBlockedMinEdge and
 // m*n*k >= kGemmBlockedMinMacs) run through the blocked GEMM kernel, which
@@ -121,8 +126,10 @@ struct TypedKernels {
   BinaryFn<T> binary = nullptr;
   ReduceFn<T> reduce = nullptr;
   AccumulateFn<T> accumulate = nullptr;
-  PackBFn<T> pack_b = nullptr;            // floats only (null for integers)
-  GemmPackedFn<T> gemm_packed = nullptr;  // floats only
+  PackBFn<T> pack_b = nullptr;                          // floats only (null for integers)
+  GemmPackedFn<T> gemm_packed = nullptr;                // floats only
+  SumToDoubleFn sum_to_double = nullptr;                // float32 only
+  AccumulateToDoubleFn accumulate_to_double = nullptr;  // float32 only
 };
 
 struct KernelTable {

@@ -15,8 +15,6 @@
 #include <type_traits>
 #include <vector>
 
-#include <Eigen/Core>
-
 #include "ops/cpu/kernels.h"
 #include "ops/math/math_util.h"
 
@@ -231,15 +229,13 @@ void reduce_into(const OpKernelContext& ctx, const T* x, const Shape& shape, uin
 // float32 sums add in double: a float running total stops growing once it
 // is 2^24 times what is added (2e7 ones summed to 16,777,216, their mean to
 // 0.84), and a long contiguous sum drifted by 3.5% over 2e8 elements.
-// Contiguous runs and rows alike accumulate doubles; out = sum / divisor
-// (1 for Sum, the element count for Mean), rounded to float once.
-double sum_run(const float* x, int64_t n) {
-  // Eigen vectorizes the conversion and keeps several partial sums.
-  return Eigen::Map<const Eigen::ArrayXf>(x, static_cast<Eigen::Index>(n)).cast<double>().sum();
-}
-
+// Contiguous runs and rows alike accumulate doubles (the level's kernels:
+// cpu::TypedKernels::sum_to_double, accumulate_to_double); out = sum /
+// divisor (1 for Sum, the element count for Mean), rounded to float once.
 void sum_floats_into(const OpKernelContext& ctx, const float* x, const Shape& shape, uint32_t mask,
                      double divisor, std::span<float> out) {
+  const cpu::TypedKernels<float>& kern = cpu::kernels().typed<float>();
+  const auto sum_run = [&kern](const float* run, int64_t n) { return kern.sum_to_double(run, n); };
   const DimGroups dims = group_dims(shape, mask);
   const auto& groups = dims.g;
   const int k = dims.k;
@@ -259,10 +255,8 @@ void sum_floats_into(const OpKernelContext& ctx, const float* x, const Shape& sh
     const int64_t cols = groups[1].size;
     ctx.parallel_for(cols, std::max<int64_t>(64, kGrain / rows), [&](int64_t b, int64_t e) {
       std::vector<double> acc(static_cast<std::size_t>(e - b), 0.0);
-      for (int64_t r = 0; r < rows; ++r) {
-        const float* row = x + r * cols + b;
-        for (std::size_t j = 0; j < acc.size(); ++j) acc[j] += static_cast<double>(row[j]);
-      }
+      for (int64_t r = 0; r < rows; ++r)
+        kern.accumulate_to_double(x + r * cols + b, acc.data(), e - b);
       for (std::size_t j = 0; j < acc.size(); ++j) {
         out[static_cast<std::size_t>(b) + j] = static_cast<float>(acc[j] / divisor);
       }
@@ -286,9 +280,7 @@ void sum_floats_into(const OpKernelContext& ctx, const float* x, const Shape& sh
     if (inner.reduced) {
       acc[static_cast<std::size_t>(oo)] += sum_run(in, inner.size);
     } else {
-      for (int64_t j = 0; j < inner.size; ++j) {
-        acc[static_cast<std::size_t>(oo + j)] += static_cast<double>(in[j]);
-      }
+      kern.accumulate_to_double(in, acc.data() + oo, inner.size);
     }
     for (int d = k - 2; d >= 0; --d) {
       oo += out_stride[d];

@@ -686,6 +686,49 @@ void check_accumulate(Checker& checker, const KernelTable& table, const KernelTa
   }
 }
 
+// float32 sums in double (sum_to_double, accumulate_to_double): within a
+// few double ulps of the exact sum, where a float running total loses
+// everything past 2^24 times its addends.
+void check_float_sums_in_double(Checker& checker, const KernelTable& table,
+                                const KernelTable* against) {
+  Rng rng(67);
+  constexpr double kDoubleEps = std::numeric_limits<double>::epsilon();
+  for (int64_t n : kSizes) {
+    std::vector<float> x = random_values<float>(rng, n, -1, 1);
+    x[0] = 16777216.0f;  // 2^24: float addends of 1 and less would vanish
+    long double sum = 0;
+    long double magnitude = 0;
+    for (float v : x) {
+      sum += v;
+      magnitude += std::abs(static_cast<long double>(v));
+    }
+    const double tol = static_cast<double>(n) * kDoubleEps * static_cast<double>(magnitude);
+    for (int64_t offset : {0, 1}) {
+      const std::vector<float> in = input_at(x, offset);
+      check(checker, table, against, one(static_cast<double>(sum), tol),
+            "sum_to_double n=" + std::to_string(n) + " offset=" + std::to_string(offset),
+            [&](const KernelTable& t) {
+              return std::vector<double>{t.f32.sum_to_double(in.data() + offset, n)};
+            });
+    }
+    std::vector<double> acc(static_cast<std::size_t>(n));
+    for (double& a : acc) a = uniform<double>(rng, -1e9, 1e9);
+    std::vector<double> want(acc.size());
+    for (std::size_t j = 0; j < want.size(); ++j) want[j] = acc[j] + static_cast<double>(x[j]);
+    const std::vector<double> exact(want.size(), 0.0);  // one IEEE addition each
+    for (int64_t offset : {0, 1}) {
+      const std::vector<float> in = input_at(x, offset);
+      check(checker, table, against, framed(want, exact, offset),
+            "accumulate_to_double n=" + std::to_string(n) + " offset=" + std::to_string(offset),
+            [&](const KernelTable& t) {
+              std::vector<double> out = with_offset(acc, offset);
+              t.f32.accumulate_to_double(in.data() + offset, out.data() + offset, n);
+              return out;
+            });
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------
 // GEMM.
 
@@ -1172,6 +1215,9 @@ TEST_P(IsaAgreementTest, ReduceMatchesReference) {
 TEST_P(IsaAgreementTest, AccumulateMatchesReference) {
   for_each_dtype([&](auto t) { check_accumulate<decltype(t)>(checker(), table(), nullptr); });
 }
+TEST_P(IsaAgreementTest, Float32SumsInDoubleMatchReference) {
+  check_float_sums_in_double(checker(), table(), nullptr);
+}
 // Eigen's vectorised log clamps its input to the smallest normal
 // (plog_impl_float/double: x = pmax(x, min_norm_pos)): vector lanes gave
 // log(FLT_MIN) = -87.34 (float) / log(DBL_MIN) = -708.40 (double) for
@@ -1201,6 +1247,9 @@ TEST_P(IsaCrossLevelTest, ReduceMatchesBaseline) {
 }
 TEST_P(IsaCrossLevelTest, AccumulateMatchesBaseline) {
   for_each_dtype([&](auto t) { check_accumulate<decltype(t)>(checker(), table(), baseline()); });
+}
+TEST_P(IsaCrossLevelTest, Float32SumsInDoubleMatchBaseline) {
+  check_float_sums_in_double(checker(), table(), baseline());
 }
 
 }  // namespace
