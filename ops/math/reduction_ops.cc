@@ -168,6 +168,35 @@ DimGroups group_dims(const Shape& shape, uint32_t mask) {
   return out;
 }
 
+// Calls run(in, oo) for each contiguous run of the innermost group, `in`
+// the run's offset in the input and `oo` the offset of its output element
+// (its first output element when the innermost group is kept): an odometer
+// over the outer groups.
+template <typename Run>
+void for_each_run(const DimGroups& dims, int64_t num_elements, Run run) {
+  const auto& groups = dims.g;
+  const int k = dims.k;
+  std::array<int64_t, Shape::kMaxRank> out_stride{};
+  int64_t stride = 1;
+  for (int d = k - 1; d >= 0; --d) {
+    out_stride[d] = groups[d].reduced ? 0 : stride;
+    if (!groups[d].reduced) stride *= groups[d].size;
+  }
+  const int64_t inner = groups[k - 1].size;
+  const int64_t rows = num_elements / inner;
+  std::array<int64_t, Shape::kMaxRank> idx{};
+  int64_t oo = 0;
+  for (int64_t r = 0; r < rows; ++r) {
+    run(r * inner, oo);
+    for (int d = k - 2; d >= 0; --d) {
+      oo += out_stride[d];
+      if (++idx[d] < groups[d].size) break;
+      oo -= out_stride[d] * groups[d].size;
+      idx[d] = 0;
+    }
+  }
+}
+
 // out (already holding R's identity) = R-reduction of x over `mask`.
 template <typename R, typename T>
 void reduce_into(const OpKernelContext& ctx, const T* x, const Shape& shape, uint32_t mask,
@@ -198,32 +227,15 @@ void reduce_into(const OpKernelContext& ctx, const T* x, const Shape& shape, uin
     return;
   }
 
-  // General: an odometer over the outer groups, the innermost group a
-  // contiguous run of the input.
-  std::array<int64_t, Shape::kMaxRank> out_stride{};
-  int64_t stride = 1;
-  for (int d = k - 1; d >= 0; --d) {
-    out_stride[d] = groups[d].reduced ? 0 : stride;
-    if (!groups[d].reduced) stride *= groups[d].size;
-  }
+  // General: the innermost group is a contiguous run of the input.
   const DimGroup inner = groups[k - 1];
-  const int64_t rows = shape.num_elements() / inner.size;
-  std::array<int64_t, Shape::kMaxRank> idx{};
-  int64_t oo = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* in = x + r * inner.size;
+  for_each_run(dims, shape.num_elements(), [&](int64_t in, int64_t oo) {
     if (inner.reduced) {
-      out[oo] = R::combine(out[oo], kern.reduce(R::kOp, in, inner.size));
+      out[oo] = R::combine(out[oo], kern.reduce(R::kOp, x + in, inner.size));
     } else {
-      kern.accumulate(R::kOp, in, out + oo, inner.size);
+      kern.accumulate(R::kOp, x + in, out + oo, inner.size);
     }
-    for (int d = k - 2; d >= 0; --d) {
-      oo += out_stride[d];
-      if (++idx[d] < groups[d].size) break;
-      oo -= out_stride[d] * groups[d].size;
-      idx[d] = 0;
-    }
-  }
+  });
 }
 
 // float32 sums add in double: a float running total stops growing once it
@@ -263,32 +275,16 @@ void sum_floats_into(const OpKernelContext& ctx, const float* x, const Shape& sh
     });
     return;
   }
-  // General: the odometer of reduce_into, into doubles.
+  // General: as reduce_into, into doubles.
   std::vector<double> acc(out.size(), 0.0);
-  std::array<int64_t, Shape::kMaxRank> out_stride{};
-  int64_t stride = 1;
-  for (int d = k - 1; d >= 0; --d) {
-    out_stride[d] = groups[d].reduced ? 0 : stride;
-    if (!groups[d].reduced) stride *= groups[d].size;
-  }
   const DimGroup inner = groups[k - 1];
-  const int64_t rows = shape.num_elements() / inner.size;
-  std::array<int64_t, Shape::kMaxRank> idx{};
-  int64_t oo = 0;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* in = x + r * inner.size;
+  for_each_run(dims, shape.num_elements(), [&](int64_t in, int64_t oo) {
     if (inner.reduced) {
-      acc[static_cast<std::size_t>(oo)] += sum_run(in, inner.size);
+      acc[static_cast<std::size_t>(oo)] += sum_run(x + in, inner.size);
     } else {
-      kern.accumulate_to_double(in, acc.data() + oo, inner.size);
+      kern.accumulate_to_double(x + in, acc.data() + oo, inner.size);
     }
-    for (int d = k - 2; d >= 0; --d) {
-      oo += out_stride[d];
-      if (++idx[d] < groups[d].size) break;
-      oo -= out_stride[d] * groups[d].size;
-      idx[d] = 0;
-    }
-  }
+  });
   for (std::size_t j = 0; j < acc.size(); ++j) out[j] = static_cast<float>(acc[j] / divisor);
 }
 

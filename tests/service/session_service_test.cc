@@ -45,6 +45,16 @@ class SessionServiceTest : public ::testing::Test {
     return response.session_handle();
   }
 
+  // A Run of session `handle` fetching `fetch`, nothing fed.
+  grpc::Status run_fetch(const std::string& handle, const std::string& fetch) {
+    v1::RunRequest request;
+    request.set_session_handle(handle);
+    request.add_fetch(fetch);
+    v1::RunResponse response;
+    grpc::ClientContext context;
+    return stub_->Run(&context, request, &response);
+  }
+
   static void add_feed(google::protobuf::RepeatedPtrField<v1::NamedTensorProto>* feeds,
                        const std::string& name, const Tensor& value) {
     v1::NamedTensorProto* feed = feeds->Add();
@@ -165,12 +175,7 @@ TEST_F(SessionServiceTest, ErrorsNameTheTensor) {
   Graph g;
   ops::Const(g, Tensor(1.0f), "one");
   const std::string handle = create(g);
-  v1::RunRequest request;
-  request.set_session_handle(handle);
-  request.add_fetch("nosuch:0");
-  v1::RunResponse response;
-  grpc::ClientContext context;
-  const grpc::Status status = stub_->Run(&context, request, &response);
+  const grpc::Status status = run_fetch(handle, "nosuch:0");
   EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_THAT(status.error_message(), HasSubstr("nosuch"));
 
@@ -183,6 +188,7 @@ TEST_F(SessionServiceTest, ErrorsNameTheTensor) {
   feed->mutable_tensor()->set_tensor_content("abc");
   bad_feed.add_fetch("one");
   grpc::ClientContext feed_context;
+  v1::RunResponse response;
   const grpc::Status feed_status = stub_->Run(&feed_context, bad_feed, &response);
   EXPECT_EQ(feed_status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(feed_status.error_message(), StartsWith("feed 'one'"));
@@ -313,12 +319,7 @@ TEST_F(SessionServiceTest, CloseThenRunIsNotFound) {
   grpc::ClientContext close_context;
   ASSERT_TRUE(stub_->CloseSession(&close_context, close, &closed).ok());
 
-  v1::RunRequest request;
-  request.set_session_handle(handle);
-  request.add_fetch("one");
-  v1::RunResponse response;
-  grpc::ClientContext context;
-  const grpc::Status status = stub_->Run(&context, request, &response);
+  const grpc::Status status = run_fetch(handle, "one");
   EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_THAT(status.error_message(), HasSubstr(handle));
 }
@@ -329,12 +330,7 @@ TEST_F(SessionServiceTest, LongStatusMessagesAreCapped) {
   ops::Const(g, Tensor(1.0f), "one");
   const std::string handle = create(g);
   const std::string name(10000, 'n');
-  v1::RunRequest request;
-  request.set_session_handle(handle);
-  request.add_fetch(name);
-  v1::RunResponse response;
-  grpc::ClientContext context;
-  const grpc::Status status = stub_->Run(&context, request, &response);
+  const grpc::Status status = run_fetch(handle, name);
   EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND);
   EXPECT_EQ(status.error_message().size(), kMaxStatusMessageBytes);
   EXPECT_THAT(status.error_message(), HasSubstr("nnnnnnnn"));
@@ -389,12 +385,7 @@ TEST_F(SessionServiceTest, NonAsciiNamesInErrorsFitTheClientsMetadataLimit) {
   std::string accents;
   for (int i = 0; i < 700; ++i) accents += "\xc3\xa9";
   for (const std::string& name : {accents, std::string(1500, '%'), std::string(1500, '\x01')}) {
-    v1::RunRequest request;
-    request.set_session_handle(handle);
-    request.add_fetch(name);
-    v1::RunResponse response;
-    grpc::ClientContext context;
-    const grpc::Status status = stub_->Run(&context, request, &response);
+    const grpc::Status status = run_fetch(handle, name);
     EXPECT_EQ(status.error_code(), grpc::StatusCode::NOT_FOUND) << status.error_message();
   }
 }
