@@ -430,9 +430,14 @@ void FlowInstance::release_successors(int32_t i) {
 }
 
 std::unique_ptr<FlowInstance> InstancePool::take_from(Stripe& s) {
-  tbb::spin_mutex::scoped_lock lock(s.mu);
-  if (s.count == 0) return nullptr;
-  return std::move(s.idle[--s.count]);
+  for (std::atomic<FlowInstance*>& slot : s.idle) {
+    // The load spares an empty slot's locked exchange.
+    if (slot.load(std::memory_order_relaxed) == nullptr) continue;
+    if (FlowInstance* inst = slot.exchange(nullptr, std::memory_order_acquire)) {
+      return std::unique_ptr<FlowInstance>(inst);
+    }
+  }
+  return nullptr;
 }
 
 std::unique_ptr<FlowInstance> InstancePool::take() {
@@ -451,19 +456,22 @@ std::unique_ptr<FlowInstance> InstancePool::give_back(std::unique_ptr<FlowInstan
                                                       uint64_t epoch) {
   if (instance->epoch() != epoch) return instance;
   Stripe& s = stripes_[this_thread_stripe()];
-  tbb::spin_mutex::scoped_lock lock(s.mu);
-  if (s.count >= kMaxIdlePerStripe) return instance;
-  s.idle[s.count++] = std::move(instance);
-  return nullptr;
+  for (std::atomic<FlowInstance*>& slot : s.idle) {
+    FlowInstance* empty = nullptr;
+    if (slot.load(std::memory_order_relaxed) == nullptr &&
+        slot.compare_exchange_strong(empty, instance.get(), std::memory_order_release,
+                                     std::memory_order_relaxed)) {
+      static_cast<void>(instance.release());  // the slot owns it now
+      return nullptr;
+    }
+  }
+  return instance;  // the stripe is full
 }
 
 void InstancePool::clear() {
   for (Stripe& s : stripes_) {
-    std::array<std::unique_ptr<FlowInstance>, kMaxIdlePerStripe> doomed;
-    {
-      tbb::spin_mutex::scoped_lock lock(s.mu);
-      for (std::size_t i = 0; i < s.count; ++i) doomed[i] = std::move(s.idle[i]);
-      s.count = 0;
+    for (std::atomic<FlowInstance*>& slot : s.idle) {
+      const std::unique_ptr<FlowInstance> doomed(slot.exchange(nullptr, std::memory_order_acquire));
     }
   }
 }

@@ -10,7 +10,6 @@
 #pragma once
 
 #include <oneapi/tbb/flow_graph.h>
-#include <oneapi/tbb/spin_mutex.h>
 #include <oneapi/tbb/task_group.h>
 
 #include <array>
@@ -186,10 +185,17 @@ class FlowInstance {
 };
 
 // Idle instances of one plan, kept per thread stripe (scheduler/striped.h)
-// so concurrent runs of one plan do not contend on one lock.
+// so concurrent runs of one plan do not contend on one cache line. Each
+// stripe's slots are atomic pointers: a step takes and gives back its
+// instance with one atomic exchange each, no lock.
 // Thread safety: thread-safe.
 class InstancePool {
  public:
+  InstancePool() = default;
+  InstancePool(const InstancePool&) = delete;
+  InstancePool& operator=(const InstancePool&) = delete;
+  ~InstancePool() { clear(); }
+
   static constexpr std::size_t kMaxIdlePerStripe = 2;
   // Idle instances kept at most; more are destroyed when given back.
   static constexpr std::size_t kMaxIdle = kStripes * kMaxIdlePerStripe;
@@ -208,9 +214,9 @@ class InstancePool {
 
  private:
   struct alignas(64) Stripe {
-    tbb::spin_mutex mu;
-    std::array<std::unique_ptr<FlowInstance>, kMaxIdlePerStripe> idle;  // guarded by mu
-    std::size_t count = 0;                                              // guarded by mu
+    // Owning pointers (null: an empty slot). acquire/release on the
+    // exchanges: a taker sees every write of the step that gave it back.
+    std::array<std::atomic<FlowInstance*>, kMaxIdlePerStripe> idle{};
   };
   std::unique_ptr<FlowInstance> take_from(Stripe& s);
   std::array<Stripe, kStripes> stripes_;

@@ -535,7 +535,7 @@ Result<PlanLease> SessionImpl::plan_for(const Signature& sig) {
   return entry;
 }
 
-Status SessionImpl::check_feeds(const Plan& plan, std::span<const Tensor> feeds) {
+Status SessionImpl::check_feeds_slow(const Plan& plan, std::span<const Tensor> feeds) {
   if (feeds.size() != plan.feed_slots.size()) {
     return invalid_argument("expected {} feed value(s), got {}", plan.feed_slots.size(),
                             feeds.size());

@@ -89,10 +89,33 @@ class SessionImpl {
   Status execute_waiting_outside(PlanEntry& entry, std::span<const Tensor> feeds,
                                  std::span<Tensor> out, const RunOptions& options,
                                  RunMetadata* metadata);
-  // Checks feed values against the tensors they replace.
-  static Status check_feeds(const Plan& plan, std::span<const Tensor> feeds);
+  // Checks feed values against the tensors they replace. Inline: each
+  // prepared run checks its feeds; a mismatch takes the out-of-line path
+  // that says what is wrong.
+  static Status check_feeds(const Plan& plan, std::span<const Tensor> feeds) {
+    if (feeds.size() == plan.feed_slots.size()) {
+      bool fits = true;
+      for (std::size_t f = 0; f < feeds.size() && fits; ++f) {
+        // An empty tensor's dtype is kInvalid, never a feed's.
+        fits = feeds[f].dtype() == plan.feed_dtypes[f] &&
+               fits_static_shape(feeds[f].shape(), plan.feed_shapes[f]);
+      }
+      if (fits) return Status::ok();
+    }
+    return check_feeds_slow(plan, feeds);
+  }
+  static Status check_feeds_slow(const Plan& plan, std::span<const Tensor> feeds);
   // Checks one value against feed `f` of `plan` (dtype, static shape).
   static Status check_feed(const Plan& plan, std::size_t f, const Tensor& value);
+  // Shape::is_compatible_with for a value's (fully defined) shape.
+  static bool fits_static_shape(const Shape& value, const Shape& expected) {
+    if (expected.is_unknown_rank()) return true;
+    if (value.rank() != expected.rank()) return false;
+    for (int i = 0; i < value.rank(); ++i) {
+      if (expected.dim(i) >= 0 && value.dim(i) != expected.dim(i)) return false;
+    }
+    return true;
+  }
 
   const Graph& graph() const { return graph_; }
   std::size_t num_cached_plans() const { return cache_.size(); }

@@ -1,12 +1,13 @@
 #include "scheduler/striped.h"
 
-namespace graphrun::sched {
+namespace graphrun::sched::striped_internal {
 
-std::size_t this_thread_stripe() {
+std::size_t deal_stripe() {
   static std::atomic<std::size_t> next{0};
   // relaxed: only spreads threads over stripes
-  thread_local const std::size_t stripe = next.fetch_add(1, std::memory_order_relaxed) % kStripes;
+  const std::size_t stripe = next.fetch_add(1, std::memory_order_relaxed) % kStripes;
+  t_stripe_plus_one = stripe + 1;
   return stripe;
 }
 
-}  // namespace graphrun::sched
+}  // namespace graphrun::sched::striped_internal

@@ -13,8 +13,19 @@ namespace graphrun::sched {
 
 inline constexpr std::size_t kStripes = 16;
 
-// This thread's stripe (threads are dealt stripes round robin).
-std::size_t this_thread_stripe();
+// This thread's stripe (threads are dealt stripes round robin). Inline: a
+// step asks for it several times (its call count, its instance's pool).
+namespace striped_internal {
+// The stripe plus one; 0 until the thread's first call deals it one.
+inline constinit thread_local std::size_t t_stripe_plus_one = 0;
+std::size_t deal_stripe();
+}  // namespace striped_internal
+inline std::size_t this_thread_stripe() {
+  const std::size_t s = striped_internal::t_stripe_plus_one;
+  if (s == 0) [[unlikely]]
+    return striped_internal::deal_stripe();
+  return s - 1;
+}
 
 // A reader-writer lock whose readers take only their own stripe's lock
 // shared; a writer takes every stripe, in order. For rare writers.

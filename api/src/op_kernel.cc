@@ -176,13 +176,6 @@ void OpKernelContext::parallel_for(int64_t n, int64_t grain,
   runtime_.parallel_for(n, grain, fn);
 }
 
-namespace internal {
-WaitSink*& current_wait_sink() {
-  thread_local WaitSink* sink = nullptr;
-  return sink;
-}
-}  // namespace internal
-
 // ---- OpRegistry ----
 
 Status AsyncOpKernel::compute(OpKernelContext& ctx) {

@@ -437,8 +437,10 @@ class WaitSink {
  protected:
   ~WaitSink() = default;
 };
-/// The calling thread's sink (thread-local).
-WaitSink*& current_wait_sink();
+/// The calling thread's sink (thread-local; inline: read at every
+/// asynchronous kernel's start).
+inline constinit thread_local WaitSink* t_current_wait_sink = nullptr;
+inline WaitSink*& current_wait_sink() { return t_current_wait_sink; }
 }  // namespace internal
 
 /// What a kernel sees while it runs: its inputs and where its outputs go.

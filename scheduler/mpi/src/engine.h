@@ -101,11 +101,11 @@ class KernelOperation : public Operation {
 
  protected:
   // Calls done with `s` unless it was called; returns true (finished).
+  // done is called in place: its owner (this operation) outlives the call.
   bool finish(Status s) {
     if (ctx_ != nullptr) {
       ctx_ = nullptr;
-      AsyncOpKernel::Done done = std::move(done_);
-      done(std::move(s));
+      done_(std::move(s));
     }
     return true;
   }

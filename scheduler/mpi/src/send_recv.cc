@@ -240,7 +240,7 @@ class RecvOp final : public Transfer {
   }
 
   // The dtype and shape (`rank` dimensions `dims`) a message announced,
-  // against this Recv's; received_ is the shape of the tensor to make.
+  // against this Recv's; received() is the shape of the tensor to make.
   Status check_received(int32_t dtype, int rank, const int64_t* dims) {
     if (dtype != static_cast<int32_t>(dtype_)) {
       GRAPHRUN_RETURN_IF_ERROR(internal::check_dtype(dtype));
@@ -251,10 +251,8 @@ class RecvOp final : public Transfer {
       return internal_error("{}: rank {} sent a malformed header: a shape of rank {}", *what_,
                             peer_, rank);
     }
-    if (expected(rank, dims)) {
-      received_ = *shape_;
-      return Status::ok();
-    }
+    own_shape_ = !expected(rank, dims);
+    if (!own_shape_) return Status::ok();  // received() is *shape_
     GRAPHRUN_ASSIGN_OR_RETURN(
         received_, Shape::make(std::span<const int64_t>(dims, static_cast<std::size_t>(rank))));
     if (!received_.is_compatible_with(*shape_)) {
@@ -276,10 +274,10 @@ class RecvOp final : public Transfer {
 
   // value_, of the received shape, for `bytes` bytes.
   Status allocate(uint64_t bytes) {
-    Result<Tensor> t = Tensor::allocate_uninitialized(dtype_, received_);
+    Result<Tensor> t = Tensor::allocate_uninitialized(dtype_, received());
     if (t.is_ok() && t->byte_size() != bytes) {
       t = internal_error("a header of {} bytes for a {} tensor of shape {}", bytes, dtype_,
-                         received_);
+                         received());
     }
     if (!t.is_ok()) {
       return internal_error("{}: rank {} sent a malformed header: {}", *what_, peer_,
@@ -302,7 +300,11 @@ class RecvOp final : public Transfer {
   int stage_ = 0;
   Status status_;
   Packet packet_;
-  Shape received_;  // the header's, once checked
+  // The shape of the tensor to make, once checked: the Recv's own (no copy
+  // made), or the header's in received_.
+  const Shape& received() const { return own_shape_ ? received_ : *shape_; }
+  bool own_shape_ = false;
+  Shape received_;
   Tensor value_;
   std::vector<char> drain_;
 };
