@@ -1,5 +1,6 @@
 #include "scheduler/async_run.h"
 
+#include "scheduler/run_done.h"
 #include "scheduler/session_impl.h"
 
 namespace graphrun::sched {
@@ -202,7 +203,7 @@ void AsyncRun::finish() {
 
 void AsyncRun::complete(Result<std::vector<Tensor>> result) {
   RunDone done = std::move(done_);
-  if (done) done(std::move(result), metadata_ ? &*metadata_ : nullptr);
+  call_done(done, std::move(result), metadata_ ? &*metadata_ : nullptr);
   SessionImpl* const session = session_;
   const std::size_t stripe = call_stripe_;
   delete this;  // ends the plan lease while the session is alive

@@ -4,6 +4,7 @@
 
 #include "api/src/deadline.h"
 #include "scheduler/async_run.h"
+#include "scheduler/run_done.h"
 #include "scheduler/session_impl.h"
 
 namespace graphrun::sched {
@@ -391,7 +392,7 @@ class PartialRun::AsyncCall final : public QueuedCall {
     run_->end_if_failed();
     call_lock_.unlock();  // before done: it may call this run again
     RunDone done = std::move(done_);
-    if (done) done(std::move(result), metadata_ ? &*metadata_ : nullptr);
+    call_done(done, std::move(result), metadata_ ? &*metadata_ : nullptr);
     SessionImpl* const session = session_;
     const std::size_t stripe = call_stripe_;
     delete this;
@@ -409,9 +410,7 @@ class PartialRun::AsyncCall final : public QueuedCall {
 void PartialRun::call_async(const FeedList& feeds, const std::vector<TensorRef>& fetches,
                             const std::vector<TargetRef>& targets, const RunOptions& options,
                             RunDone done) {
-  auto fail = [&](const Status& why) {
-    if (done) done(why, nullptr);
-  };
+  auto fail = [&](const Status& why) { call_done(done, why, nullptr); };
   std::unique_lock<CallLock> call_lock;
   Result<SessionImpl*> locked = lock_for_call(call_lock);
   if (!locked.is_ok()) {

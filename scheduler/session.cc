@@ -3,6 +3,7 @@
 #include <graphrun/session.h>
 
 #include "scheduler/partial_run.h"
+#include "scheduler/run_done.h"
 #include "scheduler/session_impl.h"
 
 namespace graphrun {
@@ -127,7 +128,7 @@ void Session::partial_run_async(PartialRunHandle& handle, const FeedList& feeds,
     misuse = invalid_argument("partial run {} does not belong to this session", handle.id());
   }
   if (!misuse.is_ok()) {
-    if (done) done(misuse, nullptr);
+    sched::call_done(done, misuse, nullptr);
     return;
   }
   handle.run_->call_async(feeds, fetches, targets, options, std::move(done));
@@ -204,7 +205,7 @@ void Callable::run_async(std::vector<Tensor> feeds, const RunOptions& options, R
   Status ok = session.check_open();
   if (ok.is_ok()) ok = sched::SessionImpl::check_feeds(*impl_->entry_->plan, feeds);
   if (!ok.is_ok()) {
-    if (done) done(ok, nullptr);
+    sched::call_done(done, ok, nullptr);
     return;
   }
   session.execute_async(*impl_->entry_, sched::PlanLease(), impl_->entry_, std::move(feeds),

@@ -6,6 +6,7 @@
 #include "api/src/deadline.h"
 #include "scheduler/async_run.h"
 #include "scheduler/partial_run.h"
+#include "scheduler/run_done.h"
 
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task.h>
@@ -13,6 +14,7 @@
 #include <algorithm>
 #include <array>
 #include <condition_variable>
+#include <cstdio>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -235,6 +237,16 @@ uint64_t random_word() {
 }
 }  // namespace
 
+void report_throwing_done(const char* what) noexcept {
+  // One line per throw: a done that throws is a bug in the caller's code,
+  // which this makes visible without ending the process.
+  std::fprintf(stderr,
+               "graphrun: an asynchronous call's done callback threw%s%s%s; done must not "
+               "throw, and the exception was dropped\n",
+               what != nullptr ? " (" : " a non-standard exception", what != nullptr ? what : "",
+               what != nullptr ? ")" : "");
+}
+
 std::string SessionImpl::new_partial_run_id() {
   // 128 bits from the kernel's CSPRNG: ids are unguessable (the service
   // hands them out). std::random_device's construction cost 60 us (85% of
@@ -408,10 +420,17 @@ Result<Output> SessionImpl::resolve_tensor_locked(const TensorRef& ref) const {
   if (ref.is_output()) {
     const Output& o = ref.output();
     const Node* n = o.node();
-    if (n->id() >= graph_.num_nodes() || graph_.node(n->id())->name() != n->name()) {
+    if (n->id() < 0 || n->id() >= graph_.num_nodes() || graph_.node(n->id())->name() != n->name()) {
       return not_found("tensor '{}' is not in this session's graph", o.name());
     }
-    return Output(graph_.node(n->id()), o.index());
+    const Node* mine = graph_.node(n->id());
+    // Output(node, index) is public: its index is checked here, for feeds,
+    // fetches and partial runs alike.
+    if (o.index() < 0 || o.index() >= mine->num_outputs()) {
+      return invalid_argument("{} has {} output(s); index {} is out of range", mine->describe(),
+                              mine->num_outputs(), o.index());
+    }
+    return Output(mine, o.index());
   }
   Result<Output> o = graph_.find_output(ref.name());
   if (!o.is_ok()) return o.status();
@@ -421,7 +440,7 @@ Result<Output> SessionImpl::resolve_tensor_locked(const TensorRef& ref) const {
 Result<const Node*> SessionImpl::resolve_target_locked(const TargetRef& ref) const {
   if (ref.node() != nullptr) {
     const Node* n = ref.node();
-    if (n->id() >= graph_.num_nodes() || graph_.node(n->id())->name() != n->name()) {
+    if (n->id() < 0 || n->id() >= graph_.num_nodes() || graph_.node(n->id())->name() != n->name()) {
       return not_found("target node '{}' is not in this session's graph", n->name());
     }
     return graph_.node(n->id());
@@ -470,9 +489,6 @@ Result<Signature> SessionImpl::resolve_impl(const FeedRefs& feeds, RefOf ref_of,
               f.name());
         }
       }
-    } else if (f.output().index() >= f.output().node()->num_outputs()) {
-      return invalid_argument("fetch '{}': {} has {} output(s)", f.to_string(),
-                              f.output().node()->describe(), f.output().node()->num_outputs());
     }
     Result<Output> o = resolve_tensor_locked(f);
     if (!o.is_ok()) return o.status().with_prefix(fmt::format("fetch '{}'", f.to_string()));
@@ -706,9 +722,7 @@ void SessionImpl::run_async(const FeedList& feeds, const std::vector<TensorRef>&
                             const std::vector<TargetRef>& targets, const RunOptions& options,
                             RunDone done) {
   const CallScope call(this);
-  auto fail = [&](const Status& why) {
-    if (done) done(why, nullptr);
-  };
+  auto fail = [&](const Status& why) { call_done(done, why, nullptr); };
   if (Status open = check_open(); !open.is_ok()) return fail(open);
   Result<std::pair<Signature, PlanLease>> prepared =
       prepare(feeds, fetches, targets, /*partial=*/false);
@@ -730,7 +744,7 @@ void SessionImpl::execute_async(PlanEntry& entry, PlanLease lease,
     // A trace shows every node: the unfused twin runs instead.
     Result<PlanEntry*> twin = unfused_entry(entry);
     if (!twin.is_ok()) {
-      if (done) done(twin.status(), nullptr);
+      call_done(done, twin.status(), nullptr);
       return;
     }
     run_entry = *twin;

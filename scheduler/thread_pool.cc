@@ -17,9 +17,10 @@ constinit thread_local ThreadPool::Impl* ThreadPool::Impl::in_arena = nullptr;
 namespace {
 // oneTBB starts one worker fewer than the machine's cores (the caller is
 // expected to make up the last one). A pool running asynchronous steps has
-// no caller inside: the process allows one worker per thread of its
-// largest pool. (A user's own global_control with a lower limit wins:
-// oneTBB takes the smallest.)
+// no caller inside, and a pool may have more threads than cores (up to
+// max_threads()): the process allows one worker per thread of its largest
+// such pool. (A user's own global_control with a lower limit wins: oneTBB
+// takes the smallest.)
 class Parallelism {
  public:
   void add(int threads) {
@@ -57,9 +58,18 @@ Parallelism& parallelism() {
 }
 }  // namespace
 
-ThreadPool::Impl::Impl(int n) : threads(n), arena(n), permits_(n) { arena.initialize(); }
+ThreadPool::Impl::Impl(int n) : threads(n), arena(n), permits_(n) {
+  // Without this, a pool of more threads than cores would get only
+  // cores - 1 workers: its kernels would run two at a time on 2 cores.
+  if (n > tbb::info::default_concurrency()) {
+    parallelism().add(n);
+    raised_parallelism_ = true;
+  }
+  arena.initialize();
+}
 
 ThreadPool::Impl::~Impl() {
+  if (raised_parallelism_) parallelism().remove(threads);
   if (async_arena_ != nullptr) {
     async_arena_->terminate();
     async_arena_.reset();

@@ -124,6 +124,9 @@ struct ThreadPool::Impl {
   };
 
   sched::Permits permits_;
+  // The pool has more threads than oneTBB allows workers by default (one
+  // per core, less the caller): its size is in the process's parallelism.
+  bool raised_parallelism_ = false;
   std::once_flag async_once_;
   std::unique_ptr<tbb::task_arena> async_arena_;  // set once, under async_once_
 

@@ -861,8 +861,18 @@ Graph::ScopeGuard Graph::name_scope(std::string_view scope) {
 
 Graph::ScopeGuard Graph::control_dependencies(std::vector<const Node*> deps) {
   const std::size_t saved = control_scope_.size();
-  for (const Node* d : deps) {
-    if (d != nullptr) control_scope_.push_back(d);
+  for (std::size_t k = 0; k < deps.size(); ++k) {
+    const Node* d = deps[k];
+    // As add_node refuses such control inputs: kept out of the scope, and
+    // the graph holds the error (Session::create refuses it).
+    if (d == nullptr || &d->graph() != this) {
+      status_.update(invalid_argument("control_dependencies: dependency #{} is {}", k + 1,
+                                      d == nullptr
+                                          ? std::string("null (a failed builder's node?)")
+                                          : fmt::format("node '{}' of another graph", d->name())));
+      continue;
+    }
+    control_scope_.push_back(d);
   }
   return ScopeGuard(this, 1, saved);
 }

@@ -118,6 +118,10 @@ Result<Shape> broadcast_shapes(const Shape& a, const Shape& b) {
 // ---- OpKernelContext ----
 
 Status OpKernelContext::check_output_size(int i, const Shape& shape) const {
+  // As set_output: a user's kernel may pass any index.
+  if (i < 0 || i >= num_outputs()) {
+    return internal_error("output index {} out of range ({} outputs)", i, num_outputs());
+  }
   if (runtime_.max_tensor_bytes <= 0 || shape.is_unknown_rank()) return Status::ok();
   const DType dtype = node_.output_dtype(i);
   // The one counting rule (product_of_positive_dims): the dimensions above

@@ -160,6 +160,32 @@ TEST(GraphTest, ControlDependenciesScope) {
   EXPECT_TRUE(y.node()->control_inputs().empty());
 }
 
+// control_dependencies() checks its nodes as add_node checks control
+// inputs: a null one or one of another graph is left out and recorded in
+// the graph's status (it once entered the scope, and the session's copy of
+// the graph then read past its nodes or bound another node).
+TEST(GraphTest, ControlDependenciesOnANullOrForeignNodeAreBuildErrors) {
+  Graph other;
+  const Node* foreign = ops::NoOp(other, "foreign");
+  for (const Node* bad : {foreign, static_cast<const Node*>(nullptr)}) {
+    Graph g;
+    const Node* first = ops::NoOp(g, "first");
+    Output x;
+    {
+      auto deps = g.control_dependencies({first, bad});
+      x = ops::Const(g, Tensor(1.0f), "x");
+    }
+    EXPECT_THAT(g.status(),
+                StatusIs(StatusCode::kInvalidArgument,
+                         bad == nullptr ? "control_dependencies: dependency #2 is null"
+                                        : "dependency #2 is node 'foreign' of another graph"));
+    ASSERT_TRUE(x.is_valid());
+    ASSERT_EQ(x.node()->control_inputs().size(), 1u);
+    EXPECT_EQ(x.node()->control_inputs()[0], first);
+    EXPECT_THAT(Session::create(g).status(), StatusIs(StatusCode::kInvalidArgument, "dependency"));
+  }
+}
+
 TEST(GraphTest, CloneIsIndependentAndKeepsNames) {
   Graph g;
   Output a = ops::Const(g, Tensor(2.0f), "a");

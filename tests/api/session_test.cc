@@ -1,11 +1,13 @@
 // Session::run semantics with the built-in ops, case by case against TF1's
 // documented behaviour (see docs/core.md for the list).
+#include <fmt/format.h>
 #include <graphrun/graphrun.h>
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <limits>
 #include <thread>
 
 #include "tests/testing/op_harness.h"
@@ -154,6 +156,34 @@ TEST(SessionTest, ErrorsNameTheCulprit) {
                        "Tried to fetch data for 'noop', which produces no output"));
   EXPECT_THAT(s->run({}, {}, {"nowhere"}), StatusIs(StatusCode::kNotFound, "nowhere"));
   (void)noop;
+}
+
+// Output(node, index) is public, so its index may be anything: a feed or a
+// fetch past the node's outputs, or below 0, is InvalidArgument naming the
+// node, for run, make_callable and partial_run_setup alike (it once read
+// past the node's outputs, and a negative fetch freed memory twice).
+TEST(SessionTest, OutputIndicesOutOfRangeAreInvalidArgumentEverywhere) {
+  Graph g;
+  Output a = ops::Const(g, Tensor(1.0f), "a");
+  Output y = ops::Neg(g, a, "y");
+  auto s = make_session(g);
+  const Tensor one(1.0f);
+  for (int index : {7, 1, -1, std::numeric_limits<int>::min()}) {
+    SCOPED_TRACE(index);
+    const Output bad(a.node(), index);
+    const auto out_of_range =
+        StatusIs(StatusCode::kInvalidArgument,
+                 fmt::format("node 'a' (Const) has 1 output(s); index {} is out of range", index));
+    EXPECT_THAT(s->run({{bad, one}}, {y}), out_of_range);
+    EXPECT_THAT(s->run({}, {bad}), out_of_range);
+    EXPECT_THAT(s->make_callable({bad}, {y}).status(), out_of_range);
+    EXPECT_THAT(s->make_callable({}, {bad}).status(), out_of_range);
+    // (fetches first, then feeds: TF's order)
+    EXPECT_THAT(s->partial_run_setup({y}, {bad}).status(), out_of_range);
+    EXPECT_THAT(s->partial_run_setup({bad}, {}).status(), out_of_range);
+  }
+  // The session still serves good calls.
+  EXPECT_THAT(s->run({}, {y}), IsOkAndHolds(ElementsAre(TensorEq(Tensor(-1.0f)))));
 }
 
 TEST(SessionTest, KernelFailureNamesNodeOpAndShapes) {

@@ -6,6 +6,7 @@
 // Blocking cases hold the pool's only thread with a kernel that waits on a
 // Gate until the test opens it (or 20 s pass, so that a regression fails
 // instead of hanging). No timing is asserted.
+#include <gmock/gmock.h>
 #include <graphrun/graphrun.h>
 #include <gtest/gtest.h>
 
@@ -14,13 +15,16 @@
 #include <condition_variable>
 #include <future>
 #include <mutex>
+#include <stdexcept>
 #include <stop_token>
+#include <string>
 #include <thread>
 #include <vector>
 
 #include "tests/testing/gate.h"
 #include "tests/testing/op_harness.h"
 #include "tests/testing/process.h"
+#include "tests/testing/threads.h"
 
 namespace graphrun {
 namespace {
@@ -182,6 +186,54 @@ TEST_P(RunAsyncTest, ErrorsBeforeTheStepAreReportedOnTheCallingThread) {
             s->run({{m.x, Tensor(int32_t{1})}}, {m.plus}).status().to_string());
   Callable c = s->make_callable({m.x}, {m.plus}).value();
   EXPECT_THAT(c.run_async({}).get(), StatusIs(StatusCode::kInvalidArgument, "feed"));
+}
+
+// done must not throw. One that throws anyway is caught and reported on
+// standard error, and its call still ends cleanly: later calls run and the
+// session's destructor returns. (The exception once escaped run_async on
+// the inline path and left the destructor waiting for ever; on a pool
+// thread oneTBB aborted the process.) Every kind of call: steps, an error
+// before the step, a Callable, a partial run's call and its misuse.
+TEST_P(RunAsyncTest, ADoneThatThrowsIsReportedAndTheCallStillEnds) {
+  Small m(GetParam());
+  auto s = session_with_threads(m.g, 2);
+  std::atomic<int> calls{0};
+  RunDone throwing = [&calls](Fetched, RunMetadata*) {
+    calls++;
+    throw std::runtime_error("boom from done");
+  };
+  ::testing::internal::CaptureStderr();
+  int expected = 0;
+  for (int i = 0; i < 3; ++i, ++expected) {
+    EXPECT_NO_THROW(s->run_async({{m.x, Tensor(2.0f)}}, {m.plus}, {}, {}, throwing));
+  }
+  EXPECT_NO_THROW(s->run_async({}, {"nowhere:0"}, {}, {}, throwing));
+  ++expected;
+  {
+    auto callable = s->make_callable({m.x}, {m.plus}).value();
+    EXPECT_NO_THROW(callable.run_async({Tensor(3.0f)}, throwing));
+    ++expected;
+    auto handle = s->partial_run_setup({m.plus}, {m.x}).value();
+    EXPECT_NO_THROW(s->partial_run_async(handle, {}, {"nowhere:0"}, {}, {}, throwing));  // misuse
+    ++expected;
+    EXPECT_NO_THROW(
+        s->partial_run_async(handle, {{m.x, Tensor(4.0f)}}, {m.plus}, {}, {}, throwing));
+    ++expected;
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while (calls.load() < expected && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    EXPECT_EQ(calls.load(), expected);
+  }
+  // The session still serves calls, then goes without waiting in vain.
+  Dones dones;
+  s->run_async({{m.x, Tensor(2.0f)}}, {m.plus}, {}, {}, dones.make());
+  ASSERT_TRUE(dones.wait(1));
+  ASSERT_THAT(dones.last().status(), IsOk());
+  EXPECT_EQ(dones.last()->at(0).scalar<float>(), 5.0f);
+  graphrun::testing::run_bounded("destroying the session", [&] { s.reset(); });
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(err, ::testing::HasSubstr("done callback threw (boom from done)"));
 }
 
 TEST_P(RunAsyncTest, KernelErrorsNameTheNode) {

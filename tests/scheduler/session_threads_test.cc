@@ -8,6 +8,7 @@
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/task_arena.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <future>
@@ -185,6 +186,41 @@ TEST(SessionThreadsTest, SessionsSharingAPoolShareItsThreads) {
   s2.reset();
   auto s3 = testing::make_session(g1, options);
   EXPECT_THAT(s3->run({}, {t1}), IsOkAndHolds(ElementsAre(TensorEq(Tensor(6.0f)))));
+}
+
+// A pool of more threads than cores (allowed up to max_threads()) runs that
+// many kernels at once: `width` kernels that each wait until all of them
+// have started complete only then. oneTBB's default allows cores - 1
+// workers, so without the pool raising that limit the step ran two at a
+// time on two cores and its kernels waited for one another in vain.
+TEST(SessionThreadsTest, APoolLargerThanTheMachineRunsThatManyKernelsAtOnce) {
+  const int threads = std::min(ThreadPool::max_threads(), ThreadPool::default_threads() + 2);
+  std::atomic<int> started{0};
+  Graph g;
+  std::vector<Output> parts;
+  for (int i = 0; i < threads; ++i) {
+    parts.push_back(ops::Call(g, {}, {DType::kFloat32},
+                              [&started, threads](OpKernelContext& ctx) -> Status {
+                                started.fetch_add(1);
+                                const auto give_up =
+                                    std::chrono::steady_clock::now() + std::chrono::seconds(20);
+                                while (started.load() < threads) {
+                                  if (std::chrono::steady_clock::now() > give_up) {
+                                    return internal_error("only {} of {} kernels ever ran at once",
+                                                          started.load(), threads);
+                                  }
+                                  std::this_thread::sleep_for(std::chrono::microseconds(100));
+                                }
+                                return ctx.set_output(0, Tensor(1.0f));
+                              },
+                              {.output_shapes = {Shape()}, .stateful = true})[0]);
+  }
+  Output total = add_all(g, parts, "total");
+  SessionOptions options;
+  options.inter_op_threads = threads;
+  auto s = testing::make_session(g, options);
+  EXPECT_THAT(s->run({}, {total}),
+              IsOkAndHolds(ElementsAre(TensorEq(Tensor(static_cast<float>(threads))))));
 }
 
 TEST(SessionThreadsTest, InvalidPoolSizeIsRejected) {

@@ -351,7 +351,8 @@ class Graph {
   /// "<scope>/<name>". Scopes nest.
   [[nodiscard]] ScopeGuard name_scope(std::string_view scope);
   /// While the guard lives, every new node runs after `deps` (TF's
-  /// control_dependencies). Nests: inner scopes add to outer ones.
+  /// control_dependencies). Nests: inner scopes add to outer ones. A null
+  /// node or one of another graph is left out and recorded in status().
   [[nodiscard]] ScopeGuard control_dependencies(std::vector<const Node*> deps);
   /// Device scope (TF's `with g.device(...)`): while the guard lives, new
   /// nodes without a device of their own get `device` ("/rank:1",

@@ -480,7 +480,8 @@ class OpKernelContext {
 
   /// A zero-filled output of the node's declared dtype. Validates the shape
   /// and reports allocation failure as ResourceExhausted.
-  /// Both are ResourceExhausted past the session's SessionOptions::max_tensor_bytes.
+  /// Both are ResourceExhausted past the session's SessionOptions::max_tensor_bytes,
+  /// and Internal for an index out of range.
   Result<Tensor*> allocate_output(int i, const Shape& shape);
   /// Storage not zeroed: for kernels that write every element.
   /// ResourceExhausted as allocate_output().
@@ -488,7 +489,8 @@ class OpKernelContext {
   /// Sets output i to `t` (sharing its buffer, e.g. Identity). Internal error
   /// if its dtype is not the declared one.
   Status set_output(int i, Tensor t);
-  /// Output `i` as it stands (empty until allocated or set).
+  /// Output `i` as it stands (empty until allocated or set); `i` must be
+  /// below num_outputs() (unchecked; allocate_output and set_output check).
   Tensor* mutable_output(int i) { return &outputs_[i]; }
 
   /// Splits [0, n) into chunks of at least `grain` and runs fn(begin, end)

@@ -221,7 +221,9 @@ using FeedList = std::vector<Feed>;
 /// - It never runs while the session holds a lock. It may call the session
 ///   again (another async call, even a blocking one). It must not block for
 ///   long (it may be holding a thread of the pool), must not throw, and
-///   must not destroy the session (the destructor waits for it).
+///   must not destroy the session (the destructor waits for it). An
+///   exception it throws anyway is caught, reported on standard error and
+///   dropped; the call still ends cleanly.
 /// - Empty `done`: nothing is called (fire and forget).
 using RunDone = std::function<void(Result<std::vector<Tensor>> result, RunMetadata* metadata)>;
 

@@ -1,3 +1,4 @@
+#include <fmt/format.h>
 #include <gmock/gmock.h>
 #include <graphrun/graphrun.h>
 #include <gtest/gtest.h>
@@ -263,6 +264,31 @@ TEST(CallTest, WrongOutputCountIsAnError) {
   Result<Tensor> r = run_one(g, out[0]);
   EXPECT_THAT(r, StatusIs(StatusCode::kInvalidArgument, "returned 1 tensor(s)"));
   EXPECT_THAT(r.status().message(), HasSubstr("2 output(s)"));
+}
+
+// A kernel's allocate_output / allocate_output_uninitialized with an index
+// past its outputs (or below 0) returns Internal, as set_output does; it
+// once wrote past the step's output slots (a crash, or a silent OK).
+TEST(CallTest, AllocatingAnOutputOutOfRangeIsAnError) {
+  for (const bool zeroed : {true, false}) {
+    for (const int index : {1, 5, -1, 100000000}) {
+      SCOPED_TRACE(::testing::Message() << "zeroed " << zeroed << ", index " << index);
+      Graph g;
+      Output out = ops::Call(
+          g, {}, {DType::kFloat32},
+          [zeroed, index](OpKernelContext& ctx) -> Status {
+            Result<Tensor*> t = zeroed ? ctx.allocate_output(index, Shape{2})
+                                       : ctx.allocate_output_uninitialized(index, Shape{2});
+            if (!t.is_ok()) return t.status();
+            return ctx.set_output(0, Tensor(1.0f));
+          },
+          {.output_shapes = {Shape()}}, "alloc")[0];
+      ASSERT_TRUE(g.status().is_ok());
+      EXPECT_THAT(run_one(g, out),
+                  StatusIs(StatusCode::kInternal,
+                           fmt::format("output index {} out of range (1 outputs)", index)));
+    }
+  }
 }
 
 TEST(CallTest, CallableStatusPassesThrough) {
