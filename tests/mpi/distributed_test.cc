@@ -288,6 +288,32 @@ TEST_F(DistributedTest, ConcurrentUpdatesOfAFarVariableAreNeverLost) {
       threads(kThreads));
 }
 
+// Targets are named as one process's session takes them: "node", "^node"
+// or "node:0" (the distributed session once refused "node:0" with
+// NotFound, so its counters drifted from one process's).
+TEST_F(DistributedTest, TargetsNamedLikeTensorsRunTheirNode) {
+  Graph g;
+  Output var, bump;
+  {
+    auto scope = g.device(far());
+    var = ops::Variable(g, Tensor(0.0f), "v");
+    bump = ops::AssignAdd(g, var, ops::Const(g, Tensor(1.0f)), {}, "bump");
+  }
+  const Node* init = ops::GlobalVariablesInitializer(g);
+  Output read = ops::ReadVariable(g, var, "read");
+  ASSERT_THAT(g.status(), IsOk());
+  across_ranks(g, [&](mpi::DistributedSession& s) {
+    ASSERT_THAT(s.run({}, {}, {init}, bounded()), IsOk());
+    for (const char* name : {"bump", "^bump", "bump:0"}) {
+      SCOPED_TRACE(name);
+      EXPECT_THAT(s.run({}, {}, {name}, bounded()), IsOk());
+    }
+    auto v = s.run({}, {read}, {}, bounded());
+    ASSERT_THAT(v, IsOk());
+    EXPECT_EQ((*v)[0].scalar<float>(), 3.0f);
+  });
+}
+
 // A control edge across ranks orders the nodes as in one process.
 TEST_F(DistributedTest, ControlEdgesCrossRanks) {
   Graph g;
@@ -566,7 +592,10 @@ TEST_F(DistributedTest, CloseEndsTheWorkersAndLaterRuns) {
 TEST_F(DistributedTest, MisuseIsReportedOnTheDriver) {
   TwoStage t;
   across_ranks(t.g, [&](mpi::DistributedSession& s) {
-    EXPECT_THAT(s.run({}, {"nope:0"}), StatusIs(StatusCode::kNotFound, "nope"));
+    // Prefixed as one process's session prefixes them.
+    EXPECT_THAT(s.run({}, {"nope:0"}), StatusIs(StatusCode::kNotFound, "fetch 'nope:0': "));
+    EXPECT_THAT(s.run({{"nope:0", Tensor(1.0f)}}, {t.sum}),
+                StatusIs(StatusCode::kNotFound, "feed 'nope:0': "));
     EXPECT_THAT(s.run({}, {}, {"nope"}), StatusIs(StatusCode::kNotFound, "nope"));
     EXPECT_THAT(s.run({}, {}),
                 StatusIs(StatusCode::kInvalidArgument, "at least one target to fetch or execute"));

@@ -44,6 +44,23 @@ using internal::Partition;
 using internal::Reader;
 using internal::Writer;
 
+// A target by name as one process's session takes it: "node", "^node", or
+// "node:0" (naming its node); null when there is none.
+const Node* find_target(const Graph& g, std::string_view name) {
+  if (!name.empty() && name.front() == '^') name.remove_prefix(1);
+  if (const Node* n = g.find_node(name)) return n;
+  Result<TensorName> tn = parse_tensor_name(name);
+  return tn.is_ok() ? g.find_node(tn->node) : nullptr;
+}
+
+// A feed's or fetch's tensor by name, its errors prefixed as one process's
+// session prefixes them ("fetch 'w:3': ...").
+Result<Output> find_named(const Graph& g, std::string_view what, const std::string& name) {
+  Result<Output> o = g.find_output(name);
+  if (!o.is_ok()) return o.status().with_prefix(fmt::format("{} '{}'", what, name));
+  return o;
+}
+
 // A blocking queue of received messages.
 class Inbox {
  public:
@@ -459,7 +476,7 @@ Result<std::shared_ptr<const Signature>> DistributedSession::Impl::plan(
   auto sig = std::make_shared<Signature>();
   std::set<std::pair<int, int>> fed;
   for (const Feed& f : feeds) {
-    GRAPHRUN_ASSIGN_OR_RETURN(Output o, g.find_output(f.tensor.to_string()));
+    GRAPHRUN_ASSIGN_OR_RETURN(Output o, find_named(g, "feed", f.tensor.to_string()));
     fed.emplace(o.node()->id(), o.index());
     sig->feed_rank.push_back(partition->rank_of(o.node()->id()));
     sig->feed_name.push_back(o.name());
@@ -471,13 +488,13 @@ Result<std::shared_ptr<const Signature>> DistributedSession::Impl::plan(
   std::vector<int> stack;
   std::vector<Output> fetched;
   for (const TensorRef& f : fetches) {
-    GRAPHRUN_ASSIGN_OR_RETURN(Output o, g.find_output(f.to_string()));
+    GRAPHRUN_ASSIGN_OR_RETURN(Output o, find_named(g, "fetch", f.to_string()));
     fetched.push_back(o);
     if (fed.count({o.node()->id(), o.index()}) == 0) stack.push_back(o.node()->id());
   }
   std::vector<const Node*> targeted;
   for (const TargetRef& t : targets) {
-    const Node* n = g.find_node(t.to_string());
+    const Node* n = find_target(g, t.to_string());
     if (n == nullptr) return not_found("target '{}' is not a node of the graph", t.to_string());
     targeted.push_back(n);
     stack.push_back(n->id());
@@ -936,7 +953,7 @@ Result<DistributedSession::PartialRun> DistributedSession::partial_run_setup(
     declared.push_back(Feed{o.name(), Tensor()});
   }
   for (const TensorRef& f : fetches) {
-    GRAPHRUN_ASSIGN_OR_RETURN(Output o, g.find_output(f.to_string()));
+    GRAPHRUN_ASSIGN_OR_RETURN(Output o, find_named(g, "fetch", f.to_string()));
     st->fetches.push_back(o);
     st->fetch_needs.push_back(
         std::find(st->feeds.begin(), st->feeds.end(), o) != st->feeds.end()
@@ -945,7 +962,7 @@ Result<DistributedSession::PartialRun> DistributedSession::partial_run_setup(
             : needs_of(g, o.node()->id(), st->feeds));
   }
   for (const TargetRef& t : targets) {
-    const Node* n = g.find_node(t.to_string());
+    const Node* n = find_target(g, t.to_string());
     if (n == nullptr) return not_found("target '{}' is not a node of the graph", t.to_string());
     st->targets.push_back(n);
     st->target_rank.push_back(s.partition->rank_of(n->id()));
@@ -1742,6 +1759,8 @@ class Worker {
 
 namespace {
 
+constexpr int kWorkerMinDefaultThreads = 2;
+
 Status serve_on(const Graph* graph, SessionOptions options, std::string_view what) {
   std::shared_ptr<World> world = World::current();
   if (world == nullptr) {
@@ -1751,6 +1770,13 @@ Status serve_on(const Graph* graph, SessionOptions options, std::string_view wha
   if (world->rank() == 0) {
     return failed_precondition(
         "graphrun::mpi::{}() runs on ranks 1..n-1; rank 0 makes the DistributedSession", what);
+  }
+  // A worker left to the default gets at least 2 threads. With one (the
+  // default when mpirun binds each rank to one core), a partial run's call
+  // on the worker could wait for ever (docs/distributed.md, "Threads").
+  if (options.inter_op_threads == 0 && options.thread_pool == nullptr &&
+      ThreadPool::default_threads() < kWorkerMinDefaultThreads) {
+    options.inter_op_threads = kWorkerMinDefaultThreads;
   }
   Worker worker(world, graph, std::move(options));
   return worker.serve();

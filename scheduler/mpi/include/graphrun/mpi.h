@@ -298,7 +298,9 @@ class DistributedSession {
 /// over `graph` (which must be the driver's: the same nodes built in the
 /// same order), runs this rank's part of each step on a Session of its own
 /// made with `options`, and returns OK when the driver closes. Errors: no
-/// World, rank 0, or a graph different from the driver's.
+/// World, rank 0, or a graph different from the driver's. Left to the
+/// default (inter_op_threads 0, no pool), the worker's session has at least
+/// 2 threads: with one, a partial run's call can wait for ever.
 Status serve(const Graph& graph, SessionOptions options = {});
 
 /// serve() for a rank that has no graph of its own (`graphrun-server
