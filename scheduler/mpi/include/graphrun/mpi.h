@@ -138,10 +138,10 @@ struct ClusterOptions {
 ///   Graph g = build();                                 // the same on every rank
 ///   if (world->rank() == 0) {
 ///     auto session = mpi::DistributedSession::create(g).value();
-///     session->run({{"x", x}}, {"y"});
-///     session->close();                                // the workers' serve() returns
+///     auto y = session->run({{"x", x}}, {"y"});          // Result<std::vector<Tensor>>
+///     Status closed = session->close();                // the workers' serve() return OK
 ///   } else {
-///     mpi::serve(g).check();
+///     if (Status s = mpi::serve(g); !s.is_ok()) return 1;  // e.g. a different graph
 ///   }
 ///
 /// Thread safety: thread-safe (runs from many threads at once). Ownership:
