@@ -4,6 +4,7 @@
 #include <sys/random.h>
 
 #include "api/src/deadline.h"
+#include "api/src/target_name.h"
 #include "scheduler/async_run.h"
 #include "scheduler/partial_run.h"
 #include "scheduler/run_done.h"
@@ -445,14 +446,7 @@ Result<const Node*> SessionImpl::resolve_target_locked(const TargetRef& ref) con
     }
     return graph_.node(n->id());
   }
-  std::string_view name = ref.name();
-  if (!name.empty() && name.front() == '^') name.remove_prefix(1);
-  const Node* n = graph_.find_node(name);
-  if (n == nullptr) {
-    // Accept "node:0" as a target naming its node.
-    Result<TensorName> tn = parse_tensor_name(name);
-    if (tn.is_ok()) n = graph_.find_node(tn->node);
-  }
+  const Node* n = graphrun::internal::find_target_node(graph_, ref.name());
   if (n == nullptr) return not_found("target node '{}' not found in the graph", ref.name());
   return n;
 }
@@ -551,18 +545,11 @@ Result<PlanLease> SessionImpl::plan_for(const Signature& sig) {
   return entry;
 }
 
-Status SessionImpl::check_feeds_slow(const Plan& plan, std::span<const Tensor> feeds) {
-  if (feeds.size() != plan.feed_slots.size()) {
-    return invalid_argument("expected {} feed value(s), got {}", plan.feed_slots.size(),
-                            feeds.size());
-  }
-  for (std::size_t f = 0; f < feeds.size(); ++f) {
-    GRAPHRUN_RETURN_IF_ERROR(check_feed(plan, f, feeds[f]));
-  }
-  return Status::ok();
+Status SessionImpl::feed_count_error(const Plan& plan, std::size_t given) {
+  return invalid_argument("expected {} feed value(s), got {}", plan.feed_slots.size(), given);
 }
 
-Status SessionImpl::check_feed(const Plan& plan, std::size_t f, const Tensor& value) {
+Status SessionImpl::feed_error(const Plan& plan, std::size_t f, const Tensor& value) {
   if (!value.is_initialized()) {
     return invalid_argument("feed '{}': the value is an empty (uninitialized) tensor",
                             plan.feed_names[f]);

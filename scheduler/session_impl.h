@@ -93,29 +93,24 @@ class SessionImpl {
   // prepared run checks its feeds; a mismatch takes the out-of-line path
   // that says what is wrong.
   static Status check_feeds(const Plan& plan, std::span<const Tensor> feeds) {
-    if (feeds.size() == plan.feed_slots.size()) {
-      bool fits = true;
-      for (std::size_t f = 0; f < feeds.size() && fits; ++f) {
-        // An empty tensor's dtype is kInvalid, never a feed's.
-        fits = feeds[f].dtype() == plan.feed_dtypes[f] &&
-               fits_static_shape(feeds[f].shape(), plan.feed_shapes[f]);
-      }
-      if (fits) return Status::ok();
+    if (feeds.size() != plan.feed_slots.size()) return feed_count_error(plan, feeds.size());
+    for (std::size_t f = 0; f < feeds.size(); ++f) {
+      GRAPHRUN_RETURN_IF_ERROR(check_feed(plan, f, feeds[f]));
     }
-    return check_feeds_slow(plan, feeds);
+    return Status::ok();
   }
-  static Status check_feeds_slow(const Plan& plan, std::span<const Tensor> feeds);
   // Checks one value against feed `f` of `plan` (dtype, static shape).
-  static Status check_feed(const Plan& plan, std::size_t f, const Tensor& value);
-  // Shape::is_compatible_with for a value's (fully defined) shape.
-  static bool fits_static_shape(const Shape& value, const Shape& expected) {
-    if (expected.is_unknown_rank()) return true;
-    if (value.rank() != expected.rank()) return false;
-    for (int i = 0; i < value.rank(); ++i) {
-      if (expected.dim(i) >= 0 && value.dim(i) != expected.dim(i)) return false;
+  static Status check_feed(const Plan& plan, std::size_t f, const Tensor& value) {
+    // An empty tensor's dtype is kInvalid, never a feed's.
+    if (value.dtype() == plan.feed_dtypes[f] &&
+        value.shape().is_compatible_with(plan.feed_shapes[f])) {
+      return Status::ok();
     }
-    return true;
+    return feed_error(plan, f, value);
   }
+  [[gnu::cold]] static Status feed_count_error(const Plan& plan, std::size_t given);
+  // What is wrong with feed `f`'s value (check_feed found it wrong).
+  [[gnu::cold]] static Status feed_error(const Plan& plan, std::size_t f, const Tensor& value);
 
   const Graph& graph() const { return graph_; }
   std::size_t num_cached_plans() const { return cache_.size(); }

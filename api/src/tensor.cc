@@ -89,15 +89,6 @@ int64_t Shape::num_elements() const {
   return product_of_positive_dims(1, dims(), kMax).value_or(kMax);
 }
 
-bool Shape::is_compatible_with(const Shape& other) const {
-  if (rank_ < 0 || other.rank_ < 0) return true;
-  if (rank_ != other.rank_) return false;
-  for (int i = 0; i < rank_; ++i) {
-    if (dim(i) >= 0 && other.dim(i) >= 0 && dim(i) != other.dim(i)) return false;
-  }
-  return true;
-}
-
 std::string Shape::to_string() const {
   if (rank_ < 0) return "<unknown>";
   std::string s = "[";

@@ -18,6 +18,7 @@
 #include <functional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "tests/testing/op_harness.h"
@@ -288,17 +289,20 @@ TEST_F(DistributedTest, ConcurrentUpdatesOfAFarVariableAreNeverLost) {
       threads(kThreads));
 }
 
+// A variable "v" on the far rank holding `initial`, and "bump", an
+// AssignAdd of 1 to it (also on the far rank).
+std::pair<Output, Output> far_counter(Graph& g, float initial) {
+  auto scope = g.device(far());
+  Output var = ops::Variable(g, Tensor(initial), "v");
+  return {var, ops::AssignAdd(g, var, ops::Const(g, Tensor(1.0f)), {}, "bump")};
+}
+
 // Targets are named as one process's session takes them: "node", "^node"
 // or "node:0" (the distributed session once refused "node:0" with
 // NotFound, so its counters drifted from one process's).
 TEST_F(DistributedTest, TargetsNamedLikeTensorsRunTheirNode) {
   Graph g;
-  Output var, bump;
-  {
-    auto scope = g.device(far());
-    var = ops::Variable(g, Tensor(0.0f), "v");
-    bump = ops::AssignAdd(g, var, ops::Const(g, Tensor(1.0f)), {}, "bump");
-  }
+  const auto [var, bump] = far_counter(g, 0.0f);
   const Node* init = ops::GlobalVariablesInitializer(g);
   Output read = ops::ReadVariable(g, var, "read");
   ASSERT_THAT(g.status(), IsOk());
@@ -317,12 +321,7 @@ TEST_F(DistributedTest, TargetsNamedLikeTensorsRunTheirNode) {
 // A control edge across ranks orders the nodes as in one process.
 TEST_F(DistributedTest, ControlEdgesCrossRanks) {
   Graph g;
-  Output var, bump;
-  {
-    auto scope = g.device(far());
-    var = ops::Variable(g, Tensor(10.0f), "v");
-    bump = ops::AssignAdd(g, var, ops::Const(g, Tensor(1.0f)), {}, "bump");
-  }
+  const auto [var, bump] = far_counter(g, 10.0f);
   const Node* init = ops::GlobalVariablesInitializer(g);
   Output after;
   {

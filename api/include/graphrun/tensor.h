@@ -142,8 +142,16 @@ class Shape {
   /// Product of dimensions; -1 when not fully defined; 0 when a dimension
   /// is 0 (wherever it stands); saturates at INT64_MAX.
   int64_t num_elements() const;
-  /// True if some fully defined shape could match both.
-  bool is_compatible_with(const Shape& other) const;
+  /// True if some fully defined shape could match both. Inline: every
+  /// prepared run checks its feeds with it.
+  bool is_compatible_with(const Shape& other) const {
+    if (rank_ < 0 || other.rank_ < 0) return true;
+    if (rank_ != other.rank_) return false;
+    for (int i = 0; i < rank_; ++i) {
+      if (dim(i) >= 0 && other.dim(i) >= 0 && dim(i) != other.dim(i)) return false;
+    }
+    return true;
+  }
 
   /// "[]", "[2,3]", "[?,3]", "<unknown>".
   std::string to_string() const;

@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "api/src/deadline.h"
+#include "api/src/target_name.h"
 #include "scheduler/mpi/src/control.h"
 #include "scheduler/mpi/src/engine.h"
 #include "scheduler/mpi/src/partition.h"
@@ -43,15 +44,6 @@ using internal::Message;
 using internal::Partition;
 using internal::Reader;
 using internal::Writer;
-
-// A target by name as one process's session takes it: "node", "^node", or
-// "node:0" (naming its node); null when there is none.
-const Node* find_target(const Graph& g, std::string_view name) {
-  if (!name.empty() && name.front() == '^') name.remove_prefix(1);
-  if (const Node* n = g.find_node(name)) return n;
-  Result<TensorName> tn = parse_tensor_name(name);
-  return tn.is_ok() ? g.find_node(tn->node) : nullptr;
-}
 
 // A feed's or fetch's tensor by name, its errors prefixed as one process's
 // session prefixes them ("fetch 'w:3': ...").
@@ -494,7 +486,7 @@ Result<std::shared_ptr<const Signature>> DistributedSession::Impl::plan(
   }
   std::vector<const Node*> targeted;
   for (const TargetRef& t : targets) {
-    const Node* n = find_target(g, t.to_string());
+    const Node* n = graphrun::internal::find_target_node(g, t.to_string());
     if (n == nullptr) return not_found("target '{}' is not a node of the graph", t.to_string());
     targeted.push_back(n);
     stack.push_back(n->id());
@@ -962,7 +954,7 @@ Result<DistributedSession::PartialRun> DistributedSession::partial_run_setup(
             : needs_of(g, o.node()->id(), st->feeds));
   }
   for (const TargetRef& t : targets) {
-    const Node* n = find_target(g, t.to_string());
+    const Node* n = graphrun::internal::find_target_node(g, t.to_string());
     if (n == nullptr) return not_found("target '{}' is not a node of the graph", t.to_string());
     st->targets.push_back(n);
     st->target_rank.push_back(s.partition->rank_of(n->id()));
