@@ -28,6 +28,11 @@ void QueuedCall::admit() {
   // Registered first: a stop from now on is seen by on_stop() or by the
   // check below (and, once admitted, by the subclass).
   if (stop_token_.stop_possible()) on_stop_.emplace(stop_token_, Stop{this});
+  if (!session_->options_.queue_async_calls) {
+    holds_permit_ = false;
+    admitted(/*at_once=*/true);
+    return;
+  }
   std::unique_lock lock(mu_);  // whoever takes the call out of the queue waits for this
   if (pool_->permits().acquire_or_queue(this, &session_->closed_)) {
     lock.unlock();
@@ -43,6 +48,10 @@ void QueuedCall::admit() {
   if (deadline_) {
     queue_timer_ = session_->timer().schedule(*deadline_, [this] { on_queue_deadline(); });
   }
+}
+
+void QueuedCall::release_permit() {
+  if (holds_permit_) pool_->permits().release();
 }
 
 void QueuedCall::cancel_queue_timer() {
@@ -193,7 +202,7 @@ void AsyncRun::finish() {
   if (spare != nullptr) pool_->execute([&] { spare.reset(); });
   drop_stop();  // waits for a stop callback in flight
   // May hand the permit to a queued call, which starts on another thread.
-  pool_->permits().release();
+  release_permit();
   if (status.is_ok()) {
     complete(std::move(out_));
   } else {

@@ -66,6 +66,8 @@ class QueuedCall : public AsyncPermitWaiter {
   // Ends the stop registration (waits for a callback in flight, unless it
   // is this thread's). Call before deleting this, without mu() held.
   void drop_stop() { on_stop_.reset(); }
+  // Hands the call's permit on (to the queue's head), if it took one.
+  void release_permit();
   std::mutex& mu() { return mu_; }
 
   SessionImpl* const session_;
@@ -89,6 +91,8 @@ class QueuedCall : public AsyncPermitWaiter {
   // takes the call out of the queue waits for it.
   std::mutex mu_;
   Timer::Id queue_timer_ = 0;  // guarded by mu_
+  // false: admitted without a permit (SessionOptions::queue_async_calls).
+  bool holds_permit_ = true;
   std::optional<std::stop_callback<Stop>> on_stop_;
 };
 

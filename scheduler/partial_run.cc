@@ -55,8 +55,9 @@ std::chrono::steady_clock::time_point PartialRun::last_used() const {
 }
 
 void PartialRun::start(const StepControl& control) {
-  std::unique_ptr<FlowInstance> inst = take_instance(entry_->pool, plan_, session_->runtime(),
-                                                     [this](auto&& fn) { session_->in_arena(fn); });
+  std::unique_ptr<FlowInstance> inst =
+      take_instance(entry_->pool, plan_, session_->runtime(),
+                    [this](auto&& fn) { session_->in_partial_run_arena(fn); });
   RunState& state = inst->state();
   state.begin(control, {});
   state.set_listener(this);  // before any body can report
@@ -84,17 +85,31 @@ void PartialRun::on_error() {
 }
 
 void PartialRun::release_waiter(int k) {
+  if (resume_to_.load() != nullptr) {
+    count_down_awaited();
+    return;
+  }
   // Destroying a deferred, never-run task handle releases the group's wait.
   waiters_[static_cast<std::size_t>(k)] = tbb::task_handle{};
 }
 
 void PartialRun::install_waiter(int k) {
   if (ready_[k].load() == 2) return;
-  waiters_[static_cast<std::size_t>(k)] = group_->defer([] {});
+  const bool counting = resume_to_.load() != nullptr;
+  if (counting) {
+    awaited_.fetch_add(1);
+  } else {
+    waiters_[static_cast<std::size_t>(k)] = group_->defer([] {});
+  }
   int expected = 0;
   if (!ready_[k].compare_exchange_strong(expected, 1)) {
-    // Became ready meanwhile: nobody else will release this handle.
-    waiters_[static_cast<std::size_t>(k)] = tbb::task_handle{};
+    // Became ready meanwhile: nobody else will release this one (the
+    // count cannot reach zero here: act holds one).
+    if (counting) {
+      awaited_.fetch_sub(1);
+    } else {
+      waiters_[static_cast<std::size_t>(k)] = tbb::task_handle{};
+    }
   }
 }
 
@@ -253,7 +268,8 @@ void PartialRun::StopCall::operator()() const {
   run->record_error(cancelled("partial run {}: the call was cancelled by its caller", run->id_));
 }
 
-void PartialRun::act(SessionImpl* session, CallSteps& steps, const std::stop_token& stop) {
+bool PartialRun::act(SessionImpl* session, CallSteps& steps, const std::stop_token& stop,
+                     AsyncCall* resume_to) {
   RunState& state = instance_->state();
   state.set_trace(steps.traced);
   // Admitted: from here on the call acts on the run.
@@ -275,14 +291,23 @@ void PartialRun::act(SessionImpl* session, CallSteps& steps, const std::stop_tok
   if (instance_->run_inline()) {
     // Every node the feeds make ready runs before put_feed returns.
     for (int f : steps.feed_ids) instance_->put_feed(f);
-    return;
+    return false;
+  }
+  if (resume_to != nullptr) {
+    awaited_.store(1);  // act's own: the count cannot end while it installs
+    resume_to_.store(resume_to);
   }
   for (int k : steps.awaited) install_waiter(k);
   // seq_cst read after installing (see RunState::record_error): an error
   // recorded before the handles existed is seen here.
   if (state.failed()) on_error();
   for (int f : steps.feed_ids) instance_->put_feed(f);
-  group_->wait();
+  if (resume_to == nullptr) {
+    group_->wait();
+    return false;
+  }
+  count_down_awaited();
+  return true;
 }
 
 Result<std::vector<Tensor>> PartialRun::conclude(SessionImpl* session, CallSteps& steps,
@@ -336,7 +361,16 @@ Result<std::vector<Tensor>> PartialRun::call(const FeedList& feeds,
                             resolve_call(session, feeds, fetches, targets, options, traced));
   const Status admitted = session->run_step(
       plan_.costs->run_inline(), traced, session->wait_limits(steps.deadline, options.stop_token),
-      [&] { act(session, steps, options.stop_token); });
+      [&] {
+        // In the arena the run's flow graph lives in: the feeds' nodes run
+        // on this thread, fetches first (a 1-thread pool's runs live in
+        // its asynchronous arena, which this thread enters).
+        if (instance_->run_inline()) {
+          act(session, steps, options.stop_token);
+        } else {
+          session->in_partial_run_arena([&] { act(session, steps, options.stop_token); });
+        }
+      });
   return conclude(session, steps, admitted, metadata);
 }
 
@@ -371,15 +405,36 @@ class PartialRun::AsyncCall final : public QueuedCall {
   }
 
   void act() {
-    // The run's flow graph lives in the pool's (blocking) arena: act there
-    // as a blocking caller would, holding the permit this call was given.
-    pool_->arena.execute([&] {
-      const ThreadPool::Impl::Inside inside(pool_);
-      const ThreadPool::Impl::InArena in_arena(pool_);
+    if (pool_->partial_runs_in_async_arena()) {
+      // The run's flow graph lives in this asynchronous arena (a 1-thread
+      // pool), whose only worker this is: it must not wait here, inside
+      // a task, for nodes it would never run. The release of the call's
+      // last awaited fetch or target resumes it.
       session_->finish_kept_runs();
-      run_->act(session_, steps_, stop_token_);
-    });
-    pool_->permits().release();
+      if (run_->act(session_, steps_, stop_token_, this)) return;
+    } else {
+      // Act inside the pool's blocking arena, where the run's flow graph
+      // lives, as a blocking caller would, holding the permit this call
+      // was given.
+      pool_->arena.execute([&] {
+        const ThreadPool::Impl::Inside inside(pool_);
+        const ThreadPool::Impl::InArena in_arena(pool_);
+        session_->finish_kept_runs();
+        run_->act(session_, steps_, stop_token_);
+      });
+    }
+    after_wait();
+  }
+
+ public:
+  // Any thread: what the call awaited is there (or the run failed).
+  void resume() {
+    pool_->submit([this] { after_wait(); });
+  }
+
+ private:
+  void after_wait() {
+    release_permit();
     drop_stop();
     report(run_->conclude(session_, steps_, Status::ok(), metadata_ ? &*metadata_ : nullptr));
   }
@@ -406,6 +461,13 @@ class PartialRun::AsyncCall final : public QueuedCall {
   std::optional<RunMetadata> metadata_;
   std::size_t call_stripe_;
 };
+
+void PartialRun::count_down_awaited() {
+  if (awaited_.fetch_sub(1) != 1) return;
+  // The last: no release of this call can come any more.
+  AsyncCall* const call = resume_to_.exchange(nullptr);
+  call->resume();
+}
 
 void PartialRun::call_async(const FeedList& feeds, const std::vector<TensorRef>& fetches,
                             const std::vector<TargetRef>& targets, const RunOptions& options,

@@ -123,8 +123,12 @@ class PartialRun final : public StepListener, public std::enable_shared_from_thi
                                  const std::vector<TargetRef>& targets, const RunOptions& options,
                                  bool traced);
   // Puts the feeds and waits, helping, for what the call awaits (inside
-  // the arena, a permit held).
-  void act(SessionImpl* session, CallSteps& steps, const std::stop_token& stop);
+  // the arena, a permit held). With `resume_to` (an asynchronous call on
+  // the asynchronous arena's worker) it does not wait: true when the call
+  // awaits something, and the release of its last awaited fetch or target
+  // then calls resume_to->resume() (on whichever thread released it).
+  bool act(SessionImpl* session, CallSteps& steps, const std::stop_token& stop,
+           AsyncCall* resume_to = nullptr);
   // After act (or an admission that failed with `admitted`): the fetches,
   // or the error that ended the run.
   Result<std::vector<Tensor>> conclude(SessionImpl* session, CallSteps& steps,
@@ -136,6 +140,9 @@ class PartialRun final : public StepListener, public std::enable_shared_from_thi
   // complete, returns the instance, unregisters. Requires call_mu_.
   void end(const Status& status);
   void install_waiter(int k);
+  // One awaited fetch or target of a resumable call is released; the last
+  // resumes the call.
+  void count_down_awaited();
   // Records `why` in the step, if it still has an instance (any thread).
   void record_error(const Status& why);
   void release_waiter(int k);
@@ -174,6 +181,13 @@ class PartialRun final : public StepListener, public std::enable_shared_from_thi
   // seq_cst throughout (see RunState::record_error).
   std::unique_ptr<std::atomic<int>[]> ready_;
   std::vector<tbb::task_handle> waiters_;
+  // A call that does not wait on group_ (act's resume_to): its awaited
+  // fetches and targets count down awaited_ (plus one, dropped when act is
+  // done installing). A nested wait inside a oneTBB task does not take
+  // tasks submitted from outside its arena (a Recv's finisher): waiting
+  // there, the 1-thread pool's only worker would never run them.
+  std::atomic<AsyncCall*> resume_to_{nullptr};
+  std::atomic<int> awaited_{0};
   tbb::task_group_context group_context_{tbb::task_group_context::isolated};
   // Behind a pointer: ~task_group is noexcept(false), StepListener's is not.
   std::unique_ptr<tbb::task_group> group_ = std::make_unique<tbb::task_group>(group_context_);

@@ -124,6 +124,12 @@ class SessionImpl {
   void in_arena(F&& fn) {
     pool_->impl().execute(std::forward<F>(fn));
   }
+  // Runs fn inside the arena the pool's partial runs live in
+  // (ThreadPool::Impl::partial_runs_in_async_arena).
+  template <typename F>
+  void in_partial_run_arena(F&& fn) {
+    pool_->impl().execute_for_partial_run(std::forward<F>(fn));
+  }
   // Runs fn, which drives a step: on the caller without entering the arena
   // when the plan's policy was read as run_inline (unless traced: step
   // statistics name arena slots), else inside the arena. A caller from outside the

@@ -83,6 +83,30 @@ struct ThreadPool::Impl {
   // slower at 1 thread, its 2-thread speed-up lost). The permits bound both
   // arenas' steps together.
   sched::Permits& permits() { return permits_; }
+
+  // Where partial runs' flow graphs live. Between its calls a partial run
+  // has no caller inside, yet what a call's feeds made ready (and what its
+  // asynchronous kernels finish meanwhile) must run: the blocking arena
+  // has threads - 1 worker slots besides its caller's, none in a 1-thread
+  // pool, whose partial runs live in the asynchronous arena instead (no
+  // reserved slot, one worker). A caller of such a run waits in its own
+  // arena for the worker to reach its fetches.
+  bool partial_runs_in_async_arena() const { return threads == 1; }
+  // Runs `fn` inside the arena partial runs live in (building and
+  // destroying their flow graphs), marked inside the pool. No permit is
+  // taken: the caller holds one, or cleans up.
+  template <typename F>
+  void execute_for_partial_run(F&& fn) {
+    if (!partial_runs_in_async_arena()) {
+      execute(std::forward<F>(fn));
+      return;
+    }
+    async_arena().execute([&] {
+      const Inside inside(this);
+      const InArena in(this);
+      fn();
+    });
+  }
   template <typename F>
   void submit(F fn) {
     async_arena().enqueue([this, fn = std::move(fn)] {

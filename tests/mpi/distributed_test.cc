@@ -678,6 +678,103 @@ TEST_F(DistributedTest, APartialRunFeedsAFarPlaceholderInALaterCall) {
   });
 }
 
+// One thread on every rank (mpirun's default binding gives each rank one
+// core): a worker's part of a partial run goes on between the driver's
+// calls (its Sends go out though no call waits on the worker), and the
+// last call returns. Once the worker's part stopped at the first call.
+TEST_F(DistributedTest, PartialRunsSpanRanksWithOneThreadOnEveryRank) {
+  Staged t;
+  ASSERT_THAT(t.g.status(), IsOk());
+  across_ranks(
+      t.g,
+      [&](mpi::DistributedSession& s) {
+        RunOptions brief;
+        brief.timeout = 20s;
+        ASSERT_THAT(s.run({}, {}, {t.init}, brief), IsOk());
+        for (int round = 1; round <= 2; ++round) {
+          auto run = s.partial_run_setup({t.h, t.y}, {t.x, t.z}, {}, brief);
+          ASSERT_THAT(run, IsOk());
+          auto h = s.partial_run(*run, {{t.x, Tensor(3.0f)}}, {t.h}, {}, brief);
+          ASSERT_THAT(h, IsOk());
+          EXPECT_EQ((*h)[0].scalar<float>(), 6.0f);
+          auto y = s.partial_run(*run, {{t.z, Tensor(1.0f)}}, {t.y}, {}, brief);
+          ASSERT_THAT(y, IsOk());
+          EXPECT_EQ((*y)[0].scalar<float>(), 7.0f);
+          EXPECT_EQ(runs_of(s, t), round);
+        }
+        auto run = s.partial_run_setup({t.q}, {t.p, t.z}, {}, brief);
+        ASSERT_THAT(run, IsOk());
+        ASSERT_THAT(s.partial_run(*run, {{t.z, Tensor(0.5f)}}, {}, {}, brief), IsOk());
+        auto q = s.partial_run(*run, {{t.p, Tensor(2.0f)}}, {t.q}, {}, brief);
+        ASSERT_THAT(q, IsOk());
+        EXPECT_EQ((*q)[0].scalar<float>(), 6.5f);
+      },
+      threads(1));
+}
+
+// Concurrent runs of two signatures, one thread on every rank: the driver
+// and a worker once admitted two steps in different orders (a freed
+// thread goes to whichever call finds it first), each then holding its
+// only thread for a step the other had queued, until the deadline.
+TEST_F(DistributedTest, ConcurrentRunsOfTwoSignaturesOnOneThreadPerRankAllFinish) {
+  Graph g;
+  Output delta = ops::Placeholder(g, DType::kInt64, Shape{}, "delta");
+  Output sent = ops::Identity(g, delta, "sent");  // on rank 0: a Send to the far rank
+  Output add;
+  {
+    auto scope = g.device(far());
+    Output var = ops::Variable(g, Tensor(int64_t{0}), "total");
+    add = ops::AssignAdd(g, var, sent, {}, "add");
+  }
+  Output echoed;
+  {
+    auto home = g.device("/rank:0");  // a Recv from the far rank
+    echoed = ops::Mul(g, add, ops::Const(g, Tensor(int64_t{1})), "echoed");
+  }
+  const Node* init = ops::GlobalVariablesInitializer(g);
+  ASSERT_THAT(g.status(), IsOk());
+  across_ranks(
+      g,
+      [&](mpi::DistributedSession& s) {
+        RunOptions brief;
+        brief.timeout = 20s;
+        ASSERT_THAT(s.run({}, {}, {init}, brief), IsOk());
+        auto callable = s.make_callable({delta}, {echoed});
+        ASSERT_THAT(callable, IsOk());
+        constexpr int kThreads = 16;
+        constexpr int kEach = 20;
+        std::atomic<int64_t> expected{0};
+        std::atomic<int> failures{0};
+        std::vector<std::thread> callers;
+        for (int k = 0; k < kThreads; ++k) {
+          callers.emplace_back([&, k] {
+            for (int i = 0; i < kEach; ++i) {
+              const int64_t d = 1 + (i % 3);
+              Status st;
+              if ((k + i) % 2 == 0) {
+                st = s.run({{delta, Tensor(d)}}, {}, {add.node()}, brief).status();
+              } else {
+                std::vector<Tensor> in{Tensor(d)};
+                std::vector<Tensor> out(1);
+                st = callable->run(in, out, brief);
+              }
+              if (st.is_ok()) {
+                expected += d;
+              } else if (failures++ == 0) {
+                ADD_FAILURE() << st.to_string();
+              }
+            }
+          });
+        }
+        for (auto& c : callers) c.join();
+        EXPECT_EQ(failures.load(), 0);
+        auto read = s.run({{delta, Tensor(int64_t{0})}}, {echoed}, {}, brief);  // adds 0
+        ASSERT_THAT(read, IsOk());
+        EXPECT_EQ((*read)[0].scalar<int64_t>(), expected.load());
+      },
+      threads(1));
+}
+
 // Misuse is refused with one process's messages and leaves the run usable.
 TEST_F(DistributedTest, PartialRunMisuseLeavesTheRunUsable) {
   Staged t;

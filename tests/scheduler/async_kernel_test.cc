@@ -666,6 +666,99 @@ TEST_P(AsyncKernelTest, PartialRunsFetchAnAsynchronousOutputThenGoOn) {
   EXPECT_EQ(runs.load(), 1);
 }
 
+// Between its calls a partial run goes on as far as its feeds allow, on
+// one thread too: a call that feeds x and fetches nothing returns, and the
+// asynchronous kernel's successor still runs (an MPI worker's Send must go
+// out before the driver's next call). Blocking and asynchronous calls.
+TEST_P(AsyncKernelTest, APartialRunGoesOnBetweenItsCalls) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  Output y = ops::Placeholder(g, DType::kFloat32, Shape{}, "y");
+  Output a = later(g, x, "a", 2ms);
+  std::atomic<int> passed{0};
+  Output seen = ops::Call(
+      g, {a}, {DType::kFloat32},
+      [&](OpKernelContext& ctx) -> Status {
+        ++passed;
+        return ctx.set_output(0, ctx.input(0));
+      },
+      {}, "seen")[0];
+  Output sum = ops::Add(g, seen, y, "sum");
+  auto s = session_with_threads(g, GetParam());
+  for (const bool asynchronous : {false, true}) {
+    SCOPED_TRACE(asynchronous ? "partial_run_async" : "partial_run");
+    const int before = passed.load();
+    auto h = s->partial_run_setup({sum}, {x, y});
+    ASSERT_THAT(h, IsOk());
+    const FeedList first{{x, Tensor(1.0f)}};
+    if (asynchronous) {
+      ASSERT_THAT(s->partial_run_async(*h, first, {}).get(), IsOk());
+    } else {
+      ASSERT_THAT(s->partial_run(*h, first, {}), IsOk());
+    }
+    const auto give_up = std::chrono::steady_clock::now() + 10s;
+    while (passed.load() == before && std::chrono::steady_clock::now() < give_up) {
+      std::this_thread::sleep_for(1ms);
+    }
+    EXPECT_EQ(passed.load(), before + 1) << "`seen` did not run between the calls";
+    const FeedList second{{y, Tensor(10.0f)}};
+    auto r = asynchronous ? s->partial_run_async(*h, second, {sum}).get()
+                          : s->partial_run(*h, second, {sum});
+    ASSERT_THAT(r, IsOk());
+    EXPECT_EQ((*r)[0].scalar<float>(), 12.0f);
+    EXPECT_EQ(passed.load(), before + 1);
+  }
+}
+
+// An asynchronous partial-run call whose fetch comes from a kernel that
+// finishes on another thread returns it, its run then goes on; on one
+// thread the call must not hold the pool's only worker while it waits.
+TEST_P(AsyncKernelTest, AsynchronousPartialRunCallsAwaitAKernelFinishedElsewhere) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  Output y = ops::Placeholder(g, DType::kFloat32, Shape{}, "y");
+  Output a = later(g, x, "a", 5ms);
+  Output b = later(g, ops::Add(g, a, y), "b", 5ms);
+  auto s = session_with_threads(g, GetParam());
+  RunOptions bounded;
+  bounded.timeout = 20s;
+  for (int round = 0; round < 3; ++round) {
+    auto h = s->partial_run_setup({a, b}, {x, y}, {}, bounded);
+    ASSERT_THAT(h, IsOk());
+    auto first = s->partial_run_async(*h, {{x, Tensor(1.0f)}}, {a}, {}, bounded).get();
+    ASSERT_THAT(first, IsOk());
+    EXPECT_EQ((*first)[0].scalar<float>(), 2.0f);
+    auto second = s->partial_run_async(*h, {{y, Tensor(10.0f)}}, {b}, {}, bounded).get();
+    ASSERT_THAT(second, IsOk());
+    EXPECT_EQ((*second)[0].scalar<float>(), 13.0f);
+  }
+}
+
+// SessionOptions::queue_async_calls = false: four asynchronous steps
+// whose kernels finish only together all start, on one thread too (queued,
+// the first would hold the 1-thread pool's only permit and the others
+// never start).
+TEST_P(AsyncKernelTest, UnqueuedAsynchronousCallsAllStartAtOnce) {
+  Gathering gathering(4);
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  Output y = async_node(
+      g, x, [&] { return std::make_unique<GatherKernel>(gathering, threads_); }, "gather");
+  SessionOptions options;
+  options.inter_op_threads = 1;
+  options.queue_async_calls = false;
+  auto s = Session::create(g, options).value();
+  std::vector<std::future<Result<std::vector<Tensor>>>> futures;
+  for (int i = 0; i < 4; ++i) {
+    futures.push_back(s->run_async({{x, Tensor(static_cast<float>(i))}}, {y}));
+  }
+  for (int i = 0; i < 4; ++i) {
+    auto r = futures[static_cast<std::size_t>(i)].get();
+    ASSERT_THAT(r, IsOk());
+    EXPECT_EQ((*r)[0].scalar<float>(), static_cast<float>(i) + 1.0f);
+  }
+}
+
 TEST_P(AsyncKernelTest, ErrorsFromDoneAndFromComputeAsyncNameTheNode) {
   Graph g;
   Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");

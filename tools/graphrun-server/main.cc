@@ -308,7 +308,7 @@ int main(int argc, char** argv) {
                "run as a worker rank of an MPI job instead of a gRPC server: the driver on rank 0 "
                "sends this rank its part of the graph; exits when the driver's session closes");
   app.add_option("--worker-threads", worker_threads,
-                 "with --mpi-worker: threads of the worker's session (0: one per core, at least 2)")
+                 "with --mpi-worker: threads of the worker's session (0: one per core)")
       ->check(CLI::Range(0, graphrun::ThreadPool::max_threads()))
       ->capture_default_str();
   try {

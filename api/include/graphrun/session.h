@@ -153,6 +153,16 @@ struct SessionOptions {
   /// becomes expensive, one below half of it in 3 in a row cheap again.
   /// Must be > 0.
   int64_t inline_below_cycles = 8000;
+  /// Asynchronous calls (run_async, Callable::run_async,
+  /// partial_run_async) wait in the pool's queue until fewer than
+  /// num_threads() steps run, as blocking calls do. false: they start at
+  /// once, however many are in flight (their kernels still run on the
+  /// pool's threads; a step waiting for an asynchronous kernel holds no
+  /// thread). For steps that wait for each other across processes: two
+  /// processes admitting the same steps in different orders would each
+  /// hold their threads for steps the other has queued (an MPI worker's
+  /// serve() sets it).
+  bool queue_async_calls = true;
 };
 
 /// Options of one call (run, Callable::run, partial_run_setup, partial_run

@@ -1751,8 +1751,6 @@ class Worker {
 
 namespace {
 
-constexpr int kWorkerMinDefaultThreads = 2;
-
 Status serve_on(const Graph* graph, SessionOptions options, std::string_view what) {
   std::shared_ptr<World> world = World::current();
   if (world == nullptr) {
@@ -1763,13 +1761,12 @@ Status serve_on(const Graph* graph, SessionOptions options, std::string_view wha
     return failed_precondition(
         "graphrun::mpi::{}() runs on ranks 1..n-1; rank 0 makes the DistributedSession", what);
   }
-  // A worker left to the default gets at least 2 threads. With one (the
-  // default when mpirun binds each rank to one core), a partial run's call
-  // on the worker could wait for ever (docs/distributed.md, "Threads").
-  if (options.inter_op_threads == 0 && options.thread_pool == nullptr &&
-      ThreadPool::default_threads() < kWorkerMinDefaultThreads) {
-    options.inter_op_threads = kWorkerMinDefaultThreads;
-  }
+  // The driver admits the steps (its own part queues for its threads);
+  // a worker starts every part it is sent. Were worker parts queued too,
+  // the driver and a worker could admit two steps in different orders
+  // (a free thread goes to the caller that finds it first), each then
+  // holding its threads for a step the other has queued: a deadlock.
+  options.queue_async_calls = false;
   Worker worker(world, graph, std::move(options));
   return worker.serve();
 }
