@@ -1,7 +1,9 @@
 // Device strings and TF's simple placer (graph.h: parse_device, place).
 #include <graphrun/graph.h>
 
+#include <algorithm>
 #include <charconv>
+#include <limits>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -12,10 +14,15 @@ namespace {
 
 // A non-negative decimal below 2^31.
 bool parse_index(std::string_view text, int& out) {
-  if (text.empty() || text.size() > 9) return false;
+  if (text.empty()) return false;
   const char* end = text.data() + text.size();
   auto [ptr, ec] = std::from_chars(text.data(), end, out);
   return ec == std::errc() && ptr == end && out >= 0;
+}
+
+bool all_digits(std::string_view text) {
+  return !text.empty() &&
+         std::all_of(text.begin(), text.end(), [](char c) { return c >= '0' && c <= '9'; });
 }
 
 bool is_device_type(std::string_view t) {
@@ -70,7 +77,9 @@ Result<DeviceName> parse_device(std::string_view device) {
     int index = 0;
     if (key == "rank" || key == "task") {
       if (!parse_index(value, index)) {
-        return bad(fmt::format("{} '{}' is not a number >= 0", key, value));
+        return bad(all_digits(value) ? fmt::format("{} '{}' is past the largest, {}", key, value,
+                                                   std::numeric_limits<int>::max())
+                                     : fmt::format("{} '{}' is not a number >= 0", key, value));
       }
       if ((key == "rank" && has_task) || (key == "task" && has_rank) ||
           (key == "rank" ? has_rank : has_task)) {

@@ -30,6 +30,7 @@ TEST(ParseDeviceTest, ReadsGraphrunsAndTensorFlowsForms) {
       {"CPU:0", -1, ""},
       {"/job:ps", -1, "ps"},
       {"/rank:1/device:CPU:0", 1, ""},
+      {"/rank:2147483647", 2147483647, ""},  // the largest (no world has it: placement says so)
   };
   for (const Case& c : cases) {
     Result<DeviceName> d = parse_device(c.text);
@@ -46,6 +47,13 @@ TEST(ParseDeviceTest, RefusesWhatIsNotADeviceName) {
     EXPECT_THAT(parse_device(text), StatusIs(StatusCode::kInvalidArgument, "is not a device name"))
         << text;
   }
+}
+
+TEST(ParseDeviceTest, ARankPastTheLargestIsNamedSo) {
+  EXPECT_THAT(parse_device("/rank:2147483648"),
+              StatusIs(StatusCode::kInvalidArgument, "rank '2147483648' is past the largest"));
+  EXPECT_THAT(parse_device("/task:99999999999"),
+              StatusIs(StatusCode::kInvalidArgument, "task '99999999999' is past the largest"));
 }
 
 TEST(DeviceScopeTest, PlacesNewNodesUntilTheGuardEndsAndNests) {

@@ -402,8 +402,11 @@ TEST_F(DistributedTest, DeadlinesAndStopsReachEveryRank) {
       std::this_thread::sleep_for(100ms);
       stop.request_stop();
     });
-    EXPECT_THAT(s.run({{x, Tensor(1.0f)}}, {z}, {}, stoppable),
-                StatusIs(StatusCode::kCancelled, ""));
+    auto stopped = s.run({{x, Tensor(1.0f)}}, {z}, {}, stoppable);
+    EXPECT_THAT(stopped, StatusIs(StatusCode::kCancelled, ""));
+    // The stop is the caller's: no rank is named for it (once "rank -1").
+    EXPECT_EQ(stopped.status().message().find("rank -"), std::string::npos)
+        << stopped.status().to_string();
     stopper.join();
     auto ok = s.run({{x, Tensor(0.0f)}}, {z}, {}, bounded());
     EXPECT_THAT(ok, IsOk());
@@ -573,6 +576,11 @@ TEST_F(DistributedTest, CloseEndsTheWorkersAndLaterRuns) {
     return;
   }
   auto s = mpi::DistributedSession::create(t.g).value();
+  // A second session while this one is open is refused, and takes nothing
+  // from it (it once timed out after 5 s and shut this one's workers down:
+  // the run below then failed).
+  EXPECT_THAT(mpi::DistributedSession::create(t.g),
+              StatusIs(StatusCode::kFailedPrecondition, "another DistributedSession"));
   ASSERT_THAT(s->run({{t.x, Tensor::filled<float>(Shape{2, 2}, 1.0f)}}, {t.sum}, {}, bounded()),
               IsOk());
   auto callable = s->make_callable({t.x}, {t.scaled});
@@ -644,6 +652,27 @@ int64_t runs_of(mpi::DistributedSession& s, const Staged& t) {
 
 // One execution over several calls: the far stage runs once, as far as
 // the first call's feeds allow, and the second call continues it.
+// A tensor fed twice (as an Output and by name) is refused on the driver,
+// as one process refuses it, before any rank runs: the far counter's bump
+// does not act. Once the far rank alone refused it, after rank 0's part ran.
+TEST_F(DistributedTest, AFeedGivenTwiceIsRefusedBeforeAnyRankRuns) {
+  Staged t;
+  across_ranks(t.g, [&](mpi::DistributedSession& s) {
+    ASSERT_THAT(s.run({}, {}, {t.init}, bounded()), IsOk());
+    const FeedList twice{
+        {t.x, Tensor(1.0f)}, {t.z, Tensor(0.0f)}, {t.p, Tensor(1.0f)}, {"p:0", Tensor(2.0f)}};
+    EXPECT_THAT(s.run(twice, {t.y, t.q}, {}, bounded()),
+                StatusIs(StatusCode::kInvalidArgument, "tensor 'p:0' is fed more than once"));
+    EXPECT_EQ(runs_of(s, t), 0);
+    EXPECT_THAT(s.make_callable({t.p, "p:0"}, {t.q}),
+                StatusIs(StatusCode::kInvalidArgument, "tensor 'p:0' is fed more than once"));
+    EXPECT_THAT(s.partial_run_setup({t.q}, {t.p, "p:0"}, {}, bounded()),
+                StatusIs(StatusCode::kInvalidArgument, "tensor 'p:0' is fed more than once"));
+    EXPECT_THAT(s.run({{t.x, Tensor(1.0f)}, {t.z, Tensor(0.0f)}}, {t.y}, {}, bounded()), IsOk());
+    EXPECT_EQ(runs_of(s, t), 1);
+  });
+}
+
 TEST_F(DistributedTest, APartialRunSpansRanksAndRunsEachNodeOnce) {
   Staged t;
   ASSERT_THAT(t.g.status(), IsOk());

@@ -713,6 +713,8 @@ TEST(GraphrunServerBinaryTest, BadFlagsAreOneLineOnStderr) {
       {{"--token-file", fifo}, "is a pipe, not a regular file"},
       {{"--token-file", dir.path()}, "is a directory, not a regular file"},
       {{"--token-file", big_token}, "a token file may have at most 65536"},
+      // Only an MPI worker's session takes it (it was once ignored).
+      {{"--worker-threads", "1"}, "--worker-threads requires --mpi-worker"},
   };
   for (const auto& [flags, message] : cases) {
     std::vector<std::string> args = {kServerBinary};

@@ -304,12 +304,14 @@ int main(int argc, char** argv) {
                  "default");
   bool mpi_worker = false;
   int worker_threads = 0;
-  app.add_flag("--mpi-worker", mpi_worker,
-               "run as a worker rank of an MPI job instead of a gRPC server: the driver on rank 0 "
-               "sends this rank its part of the graph; exits when the driver's session closes");
+  CLI::Option* mpi_worker_flag = app.add_flag(
+      "--mpi-worker", mpi_worker,
+      "run as a worker rank of an MPI job instead of a gRPC server: the driver on rank 0 "
+      "sends this rank its part of the graph; exits when the driver's session closes");
   app.add_option("--worker-threads", worker_threads,
                  "with --mpi-worker: threads of the worker's session (0: one per core)")
       ->check(CLI::Range(0, graphrun::ThreadPool::max_threads()))
+      ->needs(mpi_worker_flag)  // a gRPC server's sessions set their own threads
       ->capture_default_str();
   try {
     app.parse(argc, argv);

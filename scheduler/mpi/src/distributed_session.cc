@@ -11,6 +11,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <deque>
 #include <map>
@@ -348,7 +349,8 @@ void DistributedSession::Impl::deliver(Message m) {
 
 void DistributedSession::Impl::report(const std::shared_ptr<Step>& step, uint64_t id, int rank,
                                       Status s) {
-  if (!s.is_ok() && rank != 0) s = s.with_prefix(fmt::format("rank {}", rank));
+  // rank -1: the caller's stop, no rank's.
+  if (!s.is_ok() && rank > 0) s = s.with_prefix(fmt::format("rank {}", rank));
   std::vector<int> others;
   bool abort = false;
   {
@@ -469,7 +471,11 @@ Result<std::shared_ptr<const Signature>> DistributedSession::Impl::plan(
   std::set<std::pair<int, int>> fed;
   for (const Feed& f : feeds) {
     GRAPHRUN_ASSIGN_OR_RETURN(Output o, find_named(g, "feed", f.tensor.to_string()));
-    fed.emplace(o.node()->id(), o.index());
+    // As one process, before any rank starts (else the parts that took
+    // their feed once would run).
+    if (!fed.emplace(o.node()->id(), o.index()).second) {
+      return invalid_argument("tensor '{}' is fed more than once", o.name());
+    }
     sig->feed_rank.push_back(partition->rank_of(o.node()->id()));
     sig->feed_name.push_back(o.name());
     sig->feed_dtype.push_back(o.dtype());
@@ -583,6 +589,13 @@ DistributedSession::DistributedSession(std::shared_ptr<Impl> impl) : impl_(std::
 
 DistributedSession::~DistributedSession() { static_cast<void>(close()); }
 
+namespace {
+// A DistributedSession of this process is open (created and not closed):
+// the workers serve one driver session at a time, and a second create()
+// would take them from the first.
+std::atomic<bool> g_driver_open{false};
+}  // namespace
+
 Result<std::unique_ptr<DistributedSession>> DistributedSession::create(const Graph& graph,
                                                                        SessionOptions options,
                                                                        ClusterOptions cluster) {
@@ -595,6 +608,18 @@ Result<std::unique_ptr<DistributedSession>> DistributedSession::create(const Gra
         "DistributedSession is made on rank 0; rank {} runs graphrun::mpi::serve()", world->rank());
   }
   GRAPHRUN_RETURN_IF_ERROR(graph.status());
+  if (g_driver_open.exchange(true)) {
+    return failed_precondition(
+        "another DistributedSession of this process is open: the workers serve one at a time "
+        "(close it first)");
+  }
+  // Released unless the session is made (then its close() releases it).
+  struct OpenFlag {
+    bool keep = false;
+    ~OpenFlag() {
+      if (!keep) g_driver_open.store(false);
+    }
+  } open_flag;
   auto impl = std::make_shared<Impl>();
   impl->world = world;
   impl->cluster = cluster;
@@ -692,6 +717,7 @@ Result<std::unique_ptr<DistributedSession>> DistributedSession::create(const Gra
     }
     impl->beat = std::thread([self] { self->heartbeat(); });
   }
+  open_flag.keep = true;
   return std::unique_ptr<DistributedSession>(new DistributedSession(std::move(impl)));
 }
 
@@ -783,7 +809,7 @@ Result<std::vector<Tensor>> DistributedSession::Impl::execute(
   std::optional<std::stop_callback<std::function<void()>>> on_stop;
   if (options.stop_token.stop_possible()) {
     on_stop.emplace(options.stop_token, std::function<void()>([&s, step, id] {
-                      s.report(step, id, -1, cancelled("the run was stopped"));
+                      s.report(step, id, -1, cancelled("the run was cancelled by its caller"));
                     }));
   }
   Status first;
@@ -1336,6 +1362,7 @@ Status DistributedSession::close() {
   for (int r = 1; r < s.world->size(); ++r) workers.push_back(r);
   status.update(s.shut_down(workers, workers));
   for (auto& l : s.listeners) l->stop();
+  g_driver_open.store(false);  // the workers are free for another session
   return status;
 }
 

@@ -151,7 +151,9 @@ class DistributedSession {
   /// On rank 0 of a live World: places and cuts `graph`, and waits until
   /// every other rank's serve() confirmed it holds the same graph
   /// (FailedPrecondition naming the rank otherwise, Unavailable when one
-  /// does not answer within options.connect_timeout).
+  /// does not answer within options.connect_timeout). One at a time per
+  /// process: FailedPrecondition while another is open (the workers serve
+  /// one session; close() frees them for the next).
   static Result<std::unique_ptr<DistributedSession>> create(const Graph& graph,
                                                             SessionOptions options = {},
                                                             ClusterOptions cluster = {});
