@@ -734,6 +734,44 @@ TEST_P(AsyncKernelTest, AsynchronousPartialRunCallsAwaitAKernelFinishedElsewhere
   }
 }
 
+// A blocking partial-run call that arrives while the pool's worker is busy
+// with another partial run's node still gets its fetch from a kernel
+// finished on another thread (on one thread both runs live in the pool's
+// asynchronous arena, which the call enters beside the busy worker).
+TEST_P(AsyncKernelTest, ABlockingPartialRunCallBesideABusyWorkerGetsItsFetch) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  Output a = later(g, x, "a", 5ms);
+  Output busy_in = ops::Placeholder(g, DType::kFloat32, Shape{}, "busy_in");
+  std::atomic<bool> busy_started{false};
+  Output busy = ops::Call(
+      g, {busy_in}, {DType::kFloat32},
+      [&](OpKernelContext& ctx) -> Status {
+        busy_started = true;
+        std::this_thread::sleep_for(300ms);
+        return ctx.set_output(0, ctx.input(0));
+      },
+      {}, "busy")[0];
+  auto s = session_with_threads(g, GetParam());
+  RunOptions bounded;
+  bounded.timeout = 10s;
+  for (int round = 0; round < 2; ++round) {
+    busy_started = false;
+    // Another partial run's node keeps the worker busy after its call
+    // returned (it holds no permit: the call below gets one at once).
+    auto other = s->partial_run_setup({busy}, {busy_in}, {}, bounded);
+    ASSERT_THAT(other, IsOk());
+    ASSERT_THAT(s->partial_run(*other, {{busy_in, Tensor(1.0f)}}, {}, {}, bounded), IsOk());
+    while (!busy_started.load()) std::this_thread::sleep_for(1ms);
+    auto h = s->partial_run_setup({a}, {x}, {}, bounded);
+    ASSERT_THAT(h, IsOk());
+    auto r = s->partial_run(*h, {{x, Tensor(1.0f)}}, {a}, {}, bounded);
+    ASSERT_THAT(r, IsOk());
+    EXPECT_EQ((*r)[0].scalar<float>(), 2.0f);
+    ASSERT_THAT(s->partial_run(*other, {}, {busy}, {}, bounded), IsOk());
+  }
+}
+
 // SessionOptions::queue_async_calls = false: four asynchronous steps
 // whose kernels finish only together all start, on one thread too (queued,
 // the first would hold the 1-thread pool's only permit and the others
