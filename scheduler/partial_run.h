@@ -124,9 +124,10 @@ class PartialRun final : public StepListener, public std::enable_shared_from_thi
                                  bool traced);
   // Puts the feeds and waits, helping, for what the call awaits (inside
   // the arena, a permit held). With `resume_to` (an asynchronous call on
-  // the asynchronous arena's worker) it does not wait: true when the call
-  // awaits something, and the release of its last awaited fetch or target
-  // then calls resume_to->resume() (on whichever thread released it).
+  // the asynchronous arena's worker) it does not wait: true when it will
+  // call resume_to->resume() (on whichever thread releases the call's last
+  // awaited fetch or target, or here when none is left); false for an
+  // inline plan, whose nodes ran before act returned.
   bool act(SessionImpl* session, CallSteps& steps, const std::stop_token& stop,
            AsyncCall* resume_to = nullptr);
   // After act (or an admission that failed with `admitted`): the fetches,
