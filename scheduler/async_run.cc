@@ -29,8 +29,7 @@ void QueuedCall::admit() {
   // check below (and, once admitted, by the subclass).
   if (stop_token_.stop_possible()) on_stop_.emplace(stop_token_, Stop{this});
   if (!session_->options_.queue_async_calls) {
-    holds_permit_ = false;
-    admitted(/*at_once=*/true);
+    admitted(/*at_once=*/true);  // without a permit
     return;
   }
   std::unique_lock lock(mu_);  // whoever takes the call out of the queue waits for this
@@ -51,7 +50,8 @@ void QueuedCall::admit() {
 }
 
 void QueuedCall::release_permit() {
-  if (holds_permit_) pool_->permits().release();
+  // Admitted calls of a session that queues hold one (admit()).
+  if (session_->options_.queue_async_calls) pool_->permits().release();
 }
 
 void QueuedCall::cancel_queue_timer() {

@@ -91,8 +91,6 @@ class QueuedCall : public AsyncPermitWaiter {
   // takes the call out of the queue waits for it.
   std::mutex mu_;
   Timer::Id queue_timer_ = 0;  // guarded by mu_
-  // false: admitted without a permit (SessionOptions::queue_async_calls).
-  bool holds_permit_ = true;
   std::optional<std::stop_callback<Stop>> on_stop_;
 };
 

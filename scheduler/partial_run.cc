@@ -416,12 +416,11 @@ class PartialRun::AsyncCall final : public QueuedCall {
       // Act inside the pool's blocking arena, where the run's flow graph
       // lives, as a blocking caller would, holding the permit this call
       // was given.
-      pool_->arena.execute([&] {
-        const ThreadPool::Impl::Inside inside(pool_);
-        const ThreadPool::Impl::InArena in_arena(pool_);
+      auto body = [&] {
         session_->finish_kept_runs();
         run_->act(session_, steps_, stop_token_);
-      });
+      };
+      pool_->arena.execute([&] { pool_->run_marked(body); });
     }
     after_wait();
   }

@@ -46,11 +46,7 @@ struct ThreadPool::Impl {
     }
     const Admission admitted(this, limits);
     if (admitted.outcome() != sched::Permits::Outcome::kAcquired) return admitted.outcome();
-    arena.execute([&] {
-      const Inside inside(this);
-      const InArena in(this);
-      fn();
-    });
+    arena.execute([&] { run_marked(fn); });
     return sched::Permits::Outcome::kAcquired;
   }
 
@@ -101,21 +97,21 @@ struct ThreadPool::Impl {
       execute(std::forward<F>(fn));
       return;
     }
-    async_arena().execute([&] {
-      const Inside inside(this);
-      const InArena in(this);
-      fn();
-    });
+    async_arena().execute([&] { run_marked(fn); });
   }
   template <typename F>
   void submit(F fn) {
-    async_arena().enqueue([this, fn = std::move(fn)] {
-      const Inside inside(this);
-      const InArena in(this);
-      fn();
-    });
+    async_arena().enqueue([this, fn = std::move(fn)] { run_marked(fn); });
   }
   tbb::task_arena& async_arena();
+  // Runs `fn` marked inside this pool and in one of its arenas (call on a
+  // thread that entered one of them).
+  template <typename F>
+  void run_marked(F& fn) {
+    const Inside inside(this);
+    const InArena in(this);
+    fn();
+  }
 
   ~Impl();
   Impl(const Impl&) = delete;

@@ -650,8 +650,6 @@ int64_t runs_of(mpi::DistributedSession& s, const Staged& t) {
   return c.is_ok() ? (*c)[0].scalar<int64_t>() : -1;
 }
 
-// One execution over several calls: the far stage runs once, as far as
-// the first call's feeds allow, and the second call continues it.
 // A tensor fed twice (as an Output and by name) is refused on the driver,
 // as one process refuses it, before any rank runs: the far counter's bump
 // does not act. Once the far rank alone refused it, after rank 0's part ran.
@@ -673,37 +671,50 @@ TEST_F(DistributedTest, AFeedGivenTwiceIsRefusedBeforeAnyRankRuns) {
   });
 }
 
+// One execution over several calls: the far stage runs once, as far as
+// the first call's feeds allow, and the second call continues it (twice:
+// once per partial run).
+void expect_partial_runs_span_ranks(mpi::DistributedSession& s, const Staged& t,
+                                    const RunOptions& options) {
+  ASSERT_THAT(s.run({}, {}, {t.init}, options), IsOk());
+  for (int round = 1; round <= 2; ++round) {
+    auto run = s.partial_run_setup({t.h, t.y}, {t.x, t.z}, {}, options);
+    ASSERT_THAT(run, IsOk());
+    auto h = s.partial_run(*run, {{t.x, Tensor(3.0f)}}, {t.h}, {}, options);
+    ASSERT_THAT(h, IsOk());
+    EXPECT_EQ((*h)[0].scalar<float>(), 6.0f);
+    EXPECT_FALSE(run->is_done());
+    auto y = s.partial_run(*run, {{t.z, Tensor(1.0f)}}, {t.y}, {}, options);
+    ASSERT_THAT(y, IsOk());
+    EXPECT_EQ((*y)[0].scalar<float>(), 7.0f);
+    EXPECT_TRUE(run->is_done());
+    EXPECT_EQ(runs_of(s, t), round);  // the far stage ran once per partial run
+  }
+}
+
+// A feed of a far tensor goes to its rank in a later call.
+void expect_a_far_feed_in_a_later_call(mpi::DistributedSession& s, const Staged& t,
+                                       const RunOptions& options) {
+  auto run = s.partial_run_setup({t.q}, {t.p, t.z}, {}, options);
+  ASSERT_THAT(run, IsOk());
+  ASSERT_THAT(s.partial_run(*run, {{t.z, Tensor(0.5f)}}, {}, {}, options), IsOk());
+  auto q = s.partial_run(*run, {{t.p, Tensor(2.0f)}}, {t.q}, {}, options);
+  ASSERT_THAT(q, IsOk());
+  EXPECT_EQ((*q)[0].scalar<float>(), 6.5f);
+}
+
 TEST_F(DistributedTest, APartialRunSpansRanksAndRunsEachNodeOnce) {
   Staged t;
   ASSERT_THAT(t.g.status(), IsOk());
   across_ranks(t.g, [&](mpi::DistributedSession& s) {
-    ASSERT_THAT(s.run({}, {}, {t.init}, bounded()), IsOk());
-    for (int round = 1; round <= 2; ++round) {
-      auto run = s.partial_run_setup({t.h, t.y}, {t.x, t.z}, {}, bounded());
-      ASSERT_THAT(run, IsOk());
-      auto h = s.partial_run(*run, {{t.x, Tensor(3.0f)}}, {t.h}, {}, bounded());
-      ASSERT_THAT(h, IsOk());
-      EXPECT_EQ((*h)[0].scalar<float>(), 6.0f);
-      EXPECT_FALSE(run->is_done());
-      auto y = s.partial_run(*run, {{t.z, Tensor(1.0f)}}, {t.y}, {}, bounded());
-      ASSERT_THAT(y, IsOk());
-      EXPECT_EQ((*y)[0].scalar<float>(), 7.0f);
-      EXPECT_TRUE(run->is_done());
-      EXPECT_EQ(runs_of(s, t), round);  // the far stage ran once per partial run
-    }
+    ASSERT_NO_FATAL_FAILURE(expect_partial_runs_span_ranks(s, t, bounded()));
   });
 }
 
-// A feed of a far tensor goes to its rank in a later call.
 TEST_F(DistributedTest, APartialRunFeedsAFarPlaceholderInALaterCall) {
   Staged t;
   across_ranks(t.g, [&](mpi::DistributedSession& s) {
-    auto run = s.partial_run_setup({t.q}, {t.p, t.z}, {}, bounded());
-    ASSERT_THAT(run, IsOk());
-    ASSERT_THAT(s.partial_run(*run, {{t.z, Tensor(0.5f)}}, {}, {}, bounded()), IsOk());
-    auto q = s.partial_run(*run, {{t.p, Tensor(2.0f)}}, {t.q}, {}, bounded());
-    ASSERT_THAT(q, IsOk());
-    EXPECT_EQ((*q)[0].scalar<float>(), 6.5f);
+    ASSERT_NO_FATAL_FAILURE(expect_a_far_feed_in_a_later_call(s, t, bounded()));
   });
 }
 
@@ -714,29 +725,13 @@ TEST_F(DistributedTest, APartialRunFeedsAFarPlaceholderInALaterCall) {
 TEST_F(DistributedTest, PartialRunsSpanRanksWithOneThreadOnEveryRank) {
   Staged t;
   ASSERT_THAT(t.g.status(), IsOk());
+  RunOptions brief;
+  brief.timeout = 20s;
   across_ranks(
       t.g,
       [&](mpi::DistributedSession& s) {
-        RunOptions brief;
-        brief.timeout = 20s;
-        ASSERT_THAT(s.run({}, {}, {t.init}, brief), IsOk());
-        for (int round = 1; round <= 2; ++round) {
-          auto run = s.partial_run_setup({t.h, t.y}, {t.x, t.z}, {}, brief);
-          ASSERT_THAT(run, IsOk());
-          auto h = s.partial_run(*run, {{t.x, Tensor(3.0f)}}, {t.h}, {}, brief);
-          ASSERT_THAT(h, IsOk());
-          EXPECT_EQ((*h)[0].scalar<float>(), 6.0f);
-          auto y = s.partial_run(*run, {{t.z, Tensor(1.0f)}}, {t.y}, {}, brief);
-          ASSERT_THAT(y, IsOk());
-          EXPECT_EQ((*y)[0].scalar<float>(), 7.0f);
-          EXPECT_EQ(runs_of(s, t), round);
-        }
-        auto run = s.partial_run_setup({t.q}, {t.p, t.z}, {}, brief);
-        ASSERT_THAT(run, IsOk());
-        ASSERT_THAT(s.partial_run(*run, {{t.z, Tensor(0.5f)}}, {}, {}, brief), IsOk());
-        auto q = s.partial_run(*run, {{t.p, Tensor(2.0f)}}, {t.q}, {}, brief);
-        ASSERT_THAT(q, IsOk());
-        EXPECT_EQ((*q)[0].scalar<float>(), 6.5f);
+        ASSERT_NO_FATAL_FAILURE(expect_partial_runs_span_ranks(s, t, brief));
+        ASSERT_NO_FATAL_FAILURE(expect_a_far_feed_in_a_later_call(s, t, brief));
       },
       threads(1));
 }
