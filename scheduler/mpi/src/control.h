@@ -40,7 +40,7 @@ enum class Kind : uint32_t {
   kExtended,      // worker -> driver: the status of its extend
 };
 
-inline constexpr int kToWorker = 1;  // tags on the control communicator
+inline constexpr int kToWorker = 1;  // tags on the control communicator (3: engine.cc's farewell)
 inline constexpr int kToDriver = 2;
 
 struct Envelope {

@@ -1394,6 +1394,20 @@ class Worker {
       std::optional<Message> next =
           inbox_.pop(std::chrono::steady_clock::now() + std::chrono::milliseconds(10));
       if (!next.has_value()) {
+        // Rank 0's World ended (its program returned) without closing a
+        // session with this rank: no driver will come.
+        if (world_->engine().farewell_received()) {
+          end_everything();
+          if (made) {
+            return aborted(
+                "rank 0 ended its MPI world without closing its DistributedSession with this "
+                "rank");
+          }
+          return aborted(
+              "rank 0 ended its MPI world without a DistributedSession with this rank: its "
+              "program returned (or failed) before its DistributedSession::create reached this "
+              "rank");
+        }
         probe_partials();
         continue;
       }
@@ -1424,18 +1438,7 @@ class Worker {
         case Kind::kAbort: abort(m.step); break;
         case Kind::kExtend: reply(Kind::kExtended, 0, Writer().status(extend(m)).take()); break;
         case Kind::kClose: {
-          std::vector<uint64_t> open;
-          {
-            const std::lock_guard held(mu_);
-            for (auto& [id, stop] : steps_) stop->request_stop();
-            for (auto& [id, p] : partials_) open.push_back(id);
-          }
-          for (uint64_t id : open) abort(id);
-          {
-            std::unique_lock held(mu_);
-            idle_.wait(held, [&] { return steps_.empty() && partials_.empty(); });
-          }
-          if (session_ != nullptr) static_cast<void>(session_->close());
+          end_everything();
           reply(Kind::kClosed, 0, {});
           // Closed before a hello: the driver failed to set up, and so
           // would this rank (the same placement), which is returned.
@@ -1453,6 +1456,23 @@ class Worker {
   }
 
  private:
+  // Stops the steps in flight, ends the partial runs, waits until none is
+  // left and closes this rank's session.
+  void end_everything() {
+    std::vector<uint64_t> open;
+    {
+      const std::lock_guard held(mu_);
+      for (auto& [id, stop] : steps_) stop->request_stop();
+      for (auto& [id, p] : partials_) open.push_back(id);
+    }
+    for (uint64_t id : open) abort(id);
+    {
+      std::unique_lock held(mu_);
+      idle_.wait(held, [&] { return steps_.empty() && partials_.empty(); });
+    }
+    if (session_ != nullptr) static_cast<void>(session_->close());
+  }
+
   // This rank's part of one partial run: its handle and the calls queued
   // on it (a partial run takes one call at a time).
   struct Partial {

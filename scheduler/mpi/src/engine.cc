@@ -38,6 +38,56 @@ Status check_bytes(std::size_t bytes) {
 
 // A valid address for empty messages.
 char g_empty = 0;
+
+// The farewell's tag on the control communicator (the distributed
+// session's messages use 1 and 2: control.h).
+constexpr int kFarewellTag = 3;
+
+// One byte from rank 0 to `dest`; `left` counts the sends not yet complete.
+class FarewellSend final : public Operation {
+ public:
+  FarewellSend(int dest, MPI_Comm comm, std::shared_ptr<std::atomic<int>> left)
+      : dest_(dest), comm_(comm), left_(std::move(left)) {}
+  bool advance(Round& round) override {
+    if (!posted_) {
+      posted_ = true;
+      if (round.send(&byte_, 1, dest_, kFarewellTag, comm_).is_ok()) return false;
+    }
+    left_->fetch_sub(1, std::memory_order_release);
+    return true;
+  }
+  bool stopped() const override { return false; }
+  void abandon(Status /*why*/) override { left_->fetch_sub(1, std::memory_order_release); }
+
+ private:
+  const int dest_;
+  const MPI_Comm comm_;
+  std::shared_ptr<std::atomic<int>> left_;
+  char byte_ = 0;
+  bool posted_ = false;
+};
+
+// Rank 0's byte, received: sets `arrived`. Cancelled when the engine ends.
+class FarewellReceive final : public Operation {
+ public:
+  FarewellReceive(MPI_Comm comm, std::atomic<bool>& arrived) : comm_(comm), arrived_(arrived) {}
+  bool advance(Round& round) override {
+    if (posted_) {
+      arrived_.store(true, std::memory_order_release);
+      return true;
+    }
+    posted_ = true;
+    return !round.recv(&byte_, 1, 0, kFarewellTag, comm_).is_ok();
+  }
+  bool stopped() const override { return false; }
+  void abandon(Status /*why*/) override {}
+
+ private:
+  const MPI_Comm comm_;
+  std::atomic<bool>& arrived_;  // the engine's, which outlives its operations
+  char byte_ = 0;
+  bool posted_ = false;
+};
 }  // namespace
 
 Status mpi_error(int code, const char* call) {
@@ -83,6 +133,31 @@ Engine::~Engine() {
   }
   cv_.notify_all();
   thread_.join();
+}
+
+void Engine::say_farewell(int size) {
+  if (size <= 1) return;
+  auto left = std::make_shared<std::atomic<int>>(size - 1);
+  for (int dest = 1; dest < size; ++dest) {
+    submit(std::make_unique<FarewellSend>(dest, control_, left));
+  }
+  // A byte is an eager send: it completes at once, wherever its receiver
+  // is. The bound only keeps a broken transport from holding the end.
+  const auto give_up = std::chrono::steady_clock::now() + kDrainAtEnd;
+  while (left->load(std::memory_order_acquire) > 0 && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+  }
+}
+
+void Engine::expect_farewell() { submit(std::make_unique<FarewellReceive>(control_, farewell_)); }
+
+bool Engine::wait_for_farewell(std::chrono::milliseconds timeout) const {
+  const auto give_up = std::chrono::steady_clock::now() + timeout;
+  while (!farewell_received()) {
+    if (std::chrono::steady_clock::now() >= give_up) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  return true;
 }
 
 void Engine::submit(std::unique_ptr<Operation> op) {

@@ -10,6 +10,8 @@
 #include <graphrun/status.h>
 #include <mpi.h>
 
+#include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
@@ -139,6 +141,16 @@ class Engine {
   MPI_Comm comm() const { return comm_; }
   MPI_Comm control_comm() const { return control_; }
 
+  // Rank 0's farewell (docs/distributed.md, "When rank 0 ends"): rank 0's
+  // World says it to every other rank as it ends; the others' Worlds
+  // listen for it from their start, so that a worker in serve() learns
+  // that no driver will come, and wait for it (at most `timeout`) before
+  // they finalise MPI, so that it never stays unreceived.
+  void say_farewell(int size);
+  void expect_farewell();
+  bool farewell_received() const { return farewell_.load(std::memory_order_acquire); }
+  bool wait_for_farewell(std::chrono::milliseconds timeout) const;
+
  private:
   struct Active {
     std::unique_ptr<Operation> op;
@@ -177,6 +189,7 @@ class Engine {
   // Progress thread only.
   std::vector<Active> active_;
   std::vector<Active> draining_;  // abandoned, sends still out
+  std::atomic<bool> farewell_{false};
   std::thread thread_;
 };
 

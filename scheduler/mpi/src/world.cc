@@ -1,6 +1,7 @@
 #include <graphrun/mpi.h>
 #include <mpi.h>
 
+#include <chrono>
 #include <mutex>
 #include <unordered_map>
 
@@ -15,6 +16,9 @@ bool g_finalized = false;      // guarded by g_mu: a World finalised MPI
 // Tags carry a collective's key id and invocation number: see
 // collectives.cc. MPI guarantees only 32767; Open MPI gives 2^31 - 1.
 constexpr int kNeededTagBound = (1 << 30) - 1;
+// How long a rank other than 0 waits, as its World ends, for rank 0's
+// farewell (Engine::say_farewell) before it finalises MPI without it.
+constexpr auto kFarewellWait = std::chrono::seconds(10);
 }  // namespace
 
 struct World::Invocations {
@@ -88,6 +92,7 @@ Result<std::shared_ptr<World>> World::init(int* argc, char*** argv) {
   world->invocations_ = std::make_unique<Invocations>();
   world->engine_ =
       std::make_unique<internal::Engine>(comm, control, provided == MPI_THREAD_MULTIPLE);
+  if (world->rank_ != 0) world->engine_->expect_farewell();
   register_ops(OpRegistry::global());
   g_world = world;
   return world;
@@ -99,6 +104,15 @@ std::shared_ptr<World> World::current() {
 }
 
 World::~World() {
+  if (engine_ != nullptr) {
+    if (rank_ == 0) {
+      engine_->say_farewell(size_);
+    } else if (finalize_) {
+      // MPI_Finalize waits for every rank anyway; here the wait is bounded
+      // (a rank 0 that never made a World sends no farewell).
+      static_cast<void>(engine_->wait_for_farewell(kFarewellWait));
+    }
+  }
   MPI_Comm comm = engine_ != nullptr ? engine_->comm() : MPI_COMM_NULL;
   MPI_Comm control = engine_ != nullptr ? engine_->control_comm() : MPI_COMM_NULL;
   engine_.reset();  // joins the progress thread

@@ -61,7 +61,10 @@ class World {
   World(const World&) = delete;
   World& operator=(const World&) = delete;
   /// Stops the progress thread (collectives still waiting end with
-  /// Cancelled) and, if init() initialised MPI, finalises it.
+  /// Cancelled) and, if init() initialised MPI, finalises it. On rank 0 it
+  /// first tells every other rank that it ends (a worker's serve() then
+  /// returns Aborted); elsewhere, before finalising, it waits up to 10 s
+  /// for that word.
   ~World();
 
   /// This process's rank in MPI_COMM_WORLD, from 0.
@@ -300,9 +303,10 @@ class DistributedSession {
 /// over `graph` (which must be the driver's: the same nodes built in the
 /// same order), runs this rank's part of each step on a Session of its own
 /// made with `options`, and returns OK when the driver closes. Errors: no
-/// World, rank 0, or a graph different from the driver's. Left to the
-/// default (inter_op_threads 0, no pool), the worker's session has at least
-/// 2 threads: with one, a partial run's call can wait for ever.
+/// World, rank 0, or a graph different from the driver's; Aborted when
+/// rank 0's World ends without a session with this rank (its program
+/// returned before DistributedSession::create). One thread is enough
+/// (options.queue_async_calls is set false: the driver admits the steps).
 Status serve(const Graph& graph, SessionOptions options = {});
 
 /// serve() for a rank that has no graph of its own (`graphrun-server
@@ -310,7 +314,8 @@ Status serve(const Graph& graph, SessionOptions options = {});
 /// GraphDef at create(). Its nodes must be ops of OpRegistry::global() (a
 /// Call node placed here fails the driver's create() with InvalidArgument
 /// naming it: its kernel is code of the driver's program). Returns OK when
-/// the driver closes, Aborted when the driver's create() failed first.
+/// the driver closes, Aborted when the driver's create() failed first or
+/// rank 0 ended without one.
 Status serve_without_graph(SessionOptions options = {});
 
 }  // namespace graphrun::mpi
