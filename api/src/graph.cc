@@ -393,6 +393,50 @@ Status Graph::append_nodes_from(const Graph& grown) {
   return Status::ok();
 }
 
+namespace {
+// The characters TensorFlow allows in a node name after its first:
+// [A-Za-z0-9_./>-]. A table: add_node checks every name.
+constexpr std::array<bool, 256> kNameChars = [] {
+  std::array<bool, 256> t{};
+  for (int c = 'a'; c <= 'z'; ++c) t[static_cast<std::size_t>(c)] = true;
+  for (int c = 'A'; c <= 'Z'; ++c) t[static_cast<std::size_t>(c)] = true;
+  for (int c = '0'; c <= '9'; ++c) t[static_cast<std::size_t>(c)] = true;
+  for (const char c : {'_', '.', '/', '>', '-'}) t[static_cast<unsigned char>(c)] = true;
+  return t;
+}();
+
+// Every character may follow the first of a name.
+bool valid_name_chars(std::string_view s) {
+  for (const char c : s) {
+    if (!kNameChars[static_cast<unsigned char>(c)]) return false;
+  }
+  return true;
+}
+
+// The first character of a name: [A-Za-z0-9.].
+bool valid_name_start(char c) {
+  return c == '.' || (kNameChars[static_cast<unsigned char>(c)] && c != '_' && c != '/' &&
+                      c != '>' && c != '-');
+}
+
+// "a:b" -> "':' at 1": the first character that breaks the rule (`start`:
+// the name's first is held to valid_name_start).
+std::string first_bad_char(std::string_view name, bool start = true) {
+  for (std::size_t k = 0; k < name.size(); ++k) {
+    const char c = name[k];
+    if (k == 0 && start ? !valid_name_start(c) : !kNameChars[static_cast<unsigned char>(c)]) {
+      if (c >= 0x20 && c < 0x7f) return fmt::format("'{}' at {}", c, k);
+      return fmt::format("byte 0x{:02x} at {}", static_cast<unsigned char>(c), k);
+    }
+  }
+  return name.empty() ? "it is empty" : "none";
+}
+}  // namespace
+
+bool is_valid_node_name(std::string_view name) {
+  return !name.empty() && valid_name_start(name[0]) && valid_name_chars(name.substr(1));
+}
+
 std::string Graph::scoped(std::string_view base) const {
   if (scope_.empty()) return std::string(base);
   return fmt::format("{}/{}", scope_, base);
@@ -581,6 +625,15 @@ Result<Node*> Graph::add_node_with(NodeSpec& spec, const AttrMap& attrs) {
     }
   }
   if (spec.name.empty()) spec.name = spec.op;
+  // The scope was checked as it opened: the name's own part is checked
+  // here (the whole name once scoped: TensorFlow's rule).
+  if (scope_.empty() ? !is_valid_node_name(spec.name)
+                     : !valid_name_chars(spec.name) || spec.name.empty()) [[unlikely]] {
+    const std::string full = scoped(spec.name);
+    return fail(invalid_argument(
+        "node '{}' ({}): not a valid node name ({}; names match [A-Za-z0-9.][A-Za-z0-9_./>-]*)",
+        full, spec.op, first_bad_char(full)));
+  }
   if (reg == nullptr) {
     return fail(not_found("node '{}': op '{}' is not registered", scoped(spec.name), spec.op));
   }
@@ -855,6 +908,15 @@ const std::string& Node::device() const {
 
 Graph::ScopeGuard Graph::name_scope(std::string_view scope) {
   const std::size_t saved = scope_.size();
+  // As TensorFlow's: at the top a scope starts as a node name does; inside
+  // another any name characters go. The scope still opens (its guard
+  // closes it), and the graph keeps the error.
+  if (scope_.empty() ? !is_valid_node_name(scope) : scope.empty() || !valid_name_chars(scope)) {
+    status_.update(invalid_argument(
+        "name_scope('{}'){}: not a valid scope ({}; names match [A-Za-z0-9.][A-Za-z0-9_./>-]*)",
+        scope, scope_.empty() ? std::string() : fmt::format(" inside '{}'", scope_),
+        first_bad_char(scope, scope_.empty())));
+  }
   scope_ = scope_.empty() ? std::string(scope) : fmt::format("{}/{}", scope_, scope);
   return ScopeGuard(this, 0, saved);
 }

@@ -73,18 +73,6 @@ std::string describe(const v1::NodeDef& n) {
   return fmt::format("node '{}' ({})", n.name(), n.op());
 }
 
-// TensorFlow's rule for node names: [A-Za-z0-9.][A-Za-z0-9_./>-]*.
-bool valid_node_name(std::string_view name) {
-  if (name.empty()) return false;
-  auto alnum = [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9');
-  };
-  if (!alnum(name[0]) && name[0] != '.') return false;
-  return std::all_of(name.begin() + 1, name.end(), [&](char c) {
-    return alnum(c) || c == '_' || c == '.' || c == '/' || c == '>' || c == '-';
-  });
-}
-
 struct InputRef {
   std::string node;
   int index = 0;
@@ -108,7 +96,8 @@ Result<InputRef> parse_input(std::string_view text) {
     ref.index = index;
     text = text.substr(0, colon);
   }
-  if (!valid_node_name(text)) return invalid_argument("input '{}' is not a valid node name", text);
+  if (!is_valid_node_name(text))
+    return invalid_argument("input '{}' is not a valid node name", text);
   ref.node = std::string(text);
   return ref;
 }
@@ -291,7 +280,7 @@ class Importer {
   Status index_names() {
     for (int i = 0; i < def_.node_size(); ++i) {
       const v1::NodeDef& n = def_.node(i);
-      if (!valid_node_name(n.name())) {
+      if (!is_valid_node_name(n.name())) {
         return invalid_argument(
             "{}: invalid node name (node #{}; names match [A-Za-z0-9.][A-Za-z0-9_./>-]*)",
             describe(n), i);

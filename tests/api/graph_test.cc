@@ -3,6 +3,9 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "tests/testing/op_harness.h"
 
@@ -95,6 +98,81 @@ TEST(GraphTest, UniqueNamesAndScopes) {
   EXPECT_EQ(ops::Add(g, a, b).node()->name(), "Add");
   EXPECT_EQ(a.name(), "Const:0");
   EXPECT_TRUE(g.status().is_ok());
+}
+
+// TensorFlow's rule for node names, [A-Za-z0-9.][A-Za-z0-9_./>-]*: a name
+// with ':' could not be fetched (it reads as an output index), one with a
+// space could not be written to a graph file and read back.
+TEST(GraphTest, NodeNamesFollowTensorFlowsRule) {
+  for (const char* good : {"x", ".x", "0a", "a/b", "a-b", "a>b", "a.b_c", "A9"}) {
+    EXPECT_TRUE(is_valid_node_name(good)) << good;
+    Graph g;
+    Output c = ops::Const(g, Tensor(1.0f), good);
+    ASSERT_TRUE(c.is_valid()) << good << ": " << g.status().to_string();
+    EXPECT_EQ(c.node()->name(), good);
+    EXPECT_TRUE(g.status().is_ok());
+  }
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"a b", "' ' at 1"},       {"a:b", "':' at 1"},
+      {"_x", "'_' at 0"},        {"-x", "'-' at 0"},
+      {"/x", "'/' at 0"},        {">x", "'>' at 0"},
+      {"x\n", "byte 0x0a at 1"}, {"caf\xc3\xa9", "byte 0xc3 at 3"},
+      {"a^b", "'^' at 1"}};
+  for (const auto& [name, why] : bad) {
+    EXPECT_FALSE(is_valid_node_name(name)) << name;
+    Graph g;
+    Output c = ops::Const(g, Tensor(1.0f), name);
+    EXPECT_FALSE(c.is_valid()) << name;
+    EXPECT_THAT(g.status(),
+                StatusIs(StatusCode::kInvalidArgument,
+                         fmt::format("node '{}' (Const): not a valid node name ({};", name, why)))
+        << name;
+    // The graph keeps the error: no session is made of it.
+    EXPECT_THAT(Session::create(g).status(), StatusIs(StatusCode::kInvalidArgument, why)) << name;
+  }
+  EXPECT_FALSE(is_valid_node_name(""));
+}
+
+// As TensorFlow's name_scope: at the top a scope starts as a name does;
+// inside another, any name characters go (the full name still starts
+// with the outer scope's first character).
+TEST(GraphTest, NameScopesFollowTensorFlowsRule) {
+  {
+    Graph g;
+    auto outer = g.name_scope("outer");
+    auto inner = g.name_scope("_inner");
+    Output c = ops::Const(g, Tensor(1.0f), "_c");
+    EXPECT_EQ(c.node()->name(), "outer/_inner/_c");
+    EXPECT_TRUE(g.status().is_ok()) << g.status().to_string();
+  }
+  {
+    Graph g;
+    { auto top = g.name_scope("_top"); }
+    EXPECT_THAT(g.status(), StatusIs(StatusCode::kInvalidArgument,
+                                     "name_scope('_top'): not a valid scope ('_' at 0;"));
+  }
+  {
+    Graph g;
+    auto outer = g.name_scope("outer");
+    { auto empty = g.name_scope(""); }
+    EXPECT_THAT(g.status(),
+                StatusIs(StatusCode::kInvalidArgument,
+                         "name_scope('') inside 'outer': not a valid scope (it is empty;"));
+  }
+  {
+    Graph g;
+    auto outer = g.name_scope("outer");
+    { auto spaced = g.name_scope("in ner"); }
+    EXPECT_THAT(g.status(), StatusIs(StatusCode::kInvalidArgument, "(' ' at 2;"));
+  }
+  {
+    // A node's own name under a scope may start with '_', not hold ':'.
+    Graph g;
+    auto outer = g.name_scope("s");
+    EXPECT_FALSE(ops::Const(g, Tensor(1.0f), "x:0").is_valid());
+    EXPECT_THAT(g.status(), StatusIs(StatusCode::kInvalidArgument,
+                                     "node 's/x:0' (Const): not a valid node name (':' at 3;"));
+  }
 }
 
 TEST(GraphTest, FindOutput) {

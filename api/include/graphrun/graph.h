@@ -91,6 +91,11 @@ struct TensorName {
 /// "a" -> {a, 0}; "a:3" -> {a, 3}; "a:x", "a:-1", ":0", "" -> InvalidArgument.
 Result<TensorName> parse_tensor_name(std::string_view name);
 
+/// TensorFlow's rule for a node's full name, [A-Za-z0-9.][A-Za-z0-9_./>-]*:
+/// Graph::add_node refuses other names (a name with ':' or a space could
+/// not be fetched, nor written to a graph file and read back).
+bool is_valid_node_name(std::string_view name);
+
 /// How a kernel is made for one node: a registered op's factory, or a node's
 /// own (custom callables).
 using KernelFactory = std::function<Result<std::unique_ptr<OpKernel>>(OpKernelConstruction&)>;
@@ -98,7 +103,8 @@ using KernelFactory = std::function<Result<std::unique_ptr<OpKernel>>(OpKernelCo
 /// What Graph::add_node needs. `name` empty means the op's name.
 struct NodeSpec {
   std::string op;                           ///< the registered op, e.g. "MatMul"
-  std::string name;                         ///< made unique and scoped by add_node
+  std::string name;                         ///< made unique and scoped by add_node;
+                                            ///< the full name must be is_valid_node_name()
   std::vector<Output> inputs;               ///< data inputs, in the op's order
   std::vector<const Node*> control_inputs;  ///< nodes that must run first
   AttrMap attrs;                            ///< attributes; defaults are filled in
@@ -348,7 +354,10 @@ class Graph {
     std::size_t saved_;
   };
   /// Name scopes: while the returned guard lives, new nodes are named
-  /// "<scope>/<name>". Scopes nest.
+  /// "<scope>/<name>". Scopes nest. A scope that would make names
+  /// is_valid_node_name() refuses (empty, or with other characters; at the
+  /// top, starting with '_', '-', '/' or '>') is an error the graph keeps
+  /// (Session::create returns it), as TensorFlow's name_scope raises.
   [[nodiscard]] ScopeGuard name_scope(std::string_view scope);
   /// While the guard lives, every new node runs after `deps` (TF's
   /// control_dependencies). Nests: inner scopes add to outer ones. A null
