@@ -1,6 +1,8 @@
 #include <graphrun/graph.h>
 #include <graphrun/op_kernel.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <array>
 #include <bit>
@@ -433,6 +435,32 @@ std::string first_bad_char(std::string_view name, bool start = true) {
 }
 }  // namespace
 
+namespace {
+// InvalidArgument naming the first of `attrs` that `def` does not declare
+// (and that is no '_' annotation), with the ones it does.
+Status check_declared(const OpDef& def, const AttrMap& attrs, const std::string& node) {
+  auto declared = [&](const std::string& a) {
+    return a.starts_with('_') || a == def.output_list_attr() ||
+           std::any_of(def.attrs().begin(), def.attrs().end(),
+                       [&](const OpDef::AttrDef& d) { return d.name == a; }) ||
+           std::any_of(def.type_attrs().begin(), def.type_attrs().end(),
+                       [&](const OpDef::TypeAttr& t) { return t.name == a; });
+  };
+  for (const auto& [a, value] : attrs) {
+    if (declared(a)) continue;
+    std::vector<std::string> names;
+    for (const auto& t : def.type_attrs()) names.push_back(t.name);
+    for (const auto& d : def.attrs()) names.push_back(d.name);
+    std::sort(names.begin(), names.end());
+    return invalid_argument(
+        "node '{}' ({}): {} declares no attribute '{}' (its attributes: {})", node, def.name(),
+        def.name(), a,
+        names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", ")));
+  }
+  return Status::ok();
+}
+}  // namespace
+
 bool is_valid_node_name(std::string_view name) {
   return !name.empty() && valid_name_start(name[0]) && valid_name_chars(name.substr(1));
 }
@@ -757,6 +785,13 @@ Result<Node*> Graph::add_node_with(NodeSpec& spec, const AttrMap& attrs) {
                                      spec.op, ad.name, attr_kind_name(ad.value),
                                      attr_kind_name(it->second)));
       }
+    }
+    // Every declared attribute is set now: more means one the op does not
+    // declare (a typo such as transpose_B would silently do nothing), which
+    // TensorFlow's NodeDef check refuses too. Names starting with '_' are
+    // annotations (_class, _output_shapes) and go through.
+    if (spec.attrs.size() != def.attrs().size() + def.type_attrs().size()) {
+      if (Status s = check_declared(def, spec.attrs, name); !s.is_ok()) return fail(s);
     }
     // Output dtypes.
     std::vector<DType> out_dtypes;

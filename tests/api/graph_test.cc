@@ -175,6 +175,39 @@ TEST(GraphTest, NameScopesFollowTensorFlowsRule) {
   }
 }
 
+// As TensorFlow's NodeDef check: an attribute the op does not declare is
+// refused (a typo would silently do nothing); '_' annotations go through.
+TEST(GraphTest, UndeclaredAttributesAreRefusedAnnotationsKept) {
+  {
+    Graph g;
+    Output a = ops::Const(g, Tensor::filled<float>(Shape{2, 2}, 1.0f), "a");
+    Result<Node*> mm = g.add_node(
+        NodeSpec{.op = "MatMul", .name = "mm", .inputs = {a, a}, .attrs = {{"transpose_B", true}}});
+    EXPECT_THAT(mm.status(),
+                StatusIs(StatusCode::kInvalidArgument,
+                         "node 'mm' (MatMul): MatMul declares no attribute 'transpose_B' (its "
+                         "attributes: T, transpose_a, transpose_b)"));
+    EXPECT_THAT(Session::create(g).status(), StatusIs(StatusCode::kInvalidArgument, "transpose_B"));
+  }
+  {
+    Graph g;
+    Output a = ops::Const(g, Tensor::filled<float>(Shape{2, 2}, 1.0f), "a");
+    Result<Node*> mm =
+        g.add_node(NodeSpec{.op = "MatMul",
+                            .name = "mm",
+                            .inputs = {a, a},
+                            .attrs = {{"_class", std::string("loc:@a")}, {"transpose_b", true}}});
+    ASSERT_TRUE(mm.is_ok()) << mm.status().to_string();
+    const AttrValue* note = (*mm)->find_attr("_class");
+    ASSERT_NE(note, nullptr);
+    EXPECT_EQ(std::get<std::string>(*note), "loc:@a");
+    auto session = Session::create(g).value();
+    auto out = session->run({}, {(*mm)->output(0)});
+    ASSERT_TRUE(out.is_ok()) << out.status().to_string();
+    EXPECT_EQ((*out)[0].flat<float>()[0], 2.0f);
+  }
+}
+
 TEST(GraphTest, FindOutput) {
   Graph g;
   Output a = ops::Const(g, Tensor(1.0f), "a");
