@@ -11,6 +11,8 @@
 #include <atomic>
 #include <chrono>
 #include <cstring>
+#include <functional>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -297,6 +299,65 @@ TEST_F(MpiTest, MismatchedShapesFailOnEveryRankSkippedOnOneRank) {
   auto again = s->run({{x, Tensor::filled<float>(Shape{2}, 1.0f)}}, {sum}, {}, bounded());
   ASSERT_THAT(again, IsOk());
   EXPECT_TRUE((*again)[0].equals(Tensor::filled<float>(Shape{2}, static_cast<float>(size()))));
+}
+
+// Under key "k", this rank runs what `mine` builds: when the ranks' choices
+// differ (another collective, reduction, root or shape), every rank's step
+// fails at once with InvalidArgument containing `message`, and no message
+// is left behind: an AllReduce under the same key then works on every rank.
+void expect_mismatch_fails_on_every_rank(const std::function<Output(Graph&, Output)>& mine,
+                                         const Shape& shape, const std::string& message) {
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape::unknown(), "x");
+  Output y = mine(g, x);
+  Output after = ops::AllReduce(g, x, mpi::Reduction::kSum, "after", "k");
+  auto s = session_with_threads(g);
+  RunOptions quick;
+  quick.timeout = 10s;  // a rank left waiting would end here, not fail at once
+  auto out = s->run({{x, Tensor::filled<float>(shape, 1.0f)}}, {y}, {}, quick);
+  EXPECT_THAT(out, StatusIs(StatusCode::kInvalidArgument, message)) << "rank " << rank();
+  barrier();
+  auto again = s->run({{x, Tensor::filled<float>(Shape{2}, 1.0f)}}, {after}, {}, quick);
+  ASSERT_THAT(again, IsOk()) << "rank " << rank();
+  EXPECT_TRUE((*again)[0].equals(Tensor::filled<float>(Shape{2}, static_cast<float>(size()))));
+}
+
+TEST_F(MpiTest, AnotherCollectiveUnderOneKeyFailsOnEveryRankSkippedOnOneRank) {
+  if (size() == 1) GTEST_SKIP() << "needs two ranks";
+  expect_mismatch_fails_on_every_rank(
+      [](Graph& g, Output x) {
+        return rank() == 0 ? ops::AllReduce(g, x, mpi::Reduction::kSum, "mixed", "k")
+                           : ops::Broadcast(g, x, 0, "mixed", "k");
+      },
+      Shape{2}, "every rank must run the same collective on one key");
+}
+
+TEST_F(MpiTest, AnotherReductionUnderOneKeyFailsOnEveryRankSkippedOnOneRank) {
+  if (size() == 1) GTEST_SKIP() << "needs two ranks";
+  expect_mismatch_fails_on_every_rank(
+      [](Graph& g, Output x) {
+        return ops::AllReduce(g, x, rank() == 0 ? mpi::Reduction::kMean : mpi::Reduction::kSum,
+                              "mixed", "k");
+      },
+      Shape{2},
+      rank() == 0 ? "runs AllReduce (sum) under this key, rank 0 runs AllReduce (mean)"
+                  : "rank 0 runs AllReduce (mean) under this key");
+}
+
+TEST_F(MpiTest, AnotherBroadcastRootFailsOnEveryRankSkippedOnOneRank) {
+  if (size() == 1) GTEST_SKIP() << "needs two ranks";
+  expect_mismatch_fails_on_every_rank(
+      [](Graph& g, Output x) { return ops::Broadcast(g, x, rank() == 0 ? 0 : 1, "mixed", "k"); },
+      Shape{2}, "Broadcast from rank");
+}
+
+// The root's shape and the others' must agree, and every rank says so (the
+// root once returned OK while the others failed).
+TEST_F(MpiTest, ABroadcastShapeMismatchFailsOnEveryRankSkippedOnOneRank) {
+  if (size() == 1) GTEST_SKIP() << "needs two ranks";
+  expect_mismatch_fails_on_every_rank(
+      [](Graph& g, Output x) { return ops::Broadcast(g, x, 0, "mixed", "k"); },
+      Shape{rank() == 0 ? 2 : 3}, "has shape");
 }
 
 TEST_F(MpiTest, BadAttributesAreInvalidArgumentNamingTheNode) {

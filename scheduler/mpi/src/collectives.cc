@@ -10,17 +10,24 @@
 // invocation, checked on receipt. Each collective is one exchange of
 // point-to-point messages (a header, then the tensor's bytes straight from
 // its buffer): every rank sends its tensor to every other (AllReduce,
-// AllGather) or the root to all (Broadcast), so every rank sees every
-// header and an error (mismatched shapes) is reported on every rank alike,
-// and every rank adds in rank order, so all get the same bits. That costs
+// AllGather) or the root to all (Broadcast). Headers go from every rank to
+// every other, Broadcast's too, and carry the collective (kind, reduction,
+// root) as well as the tensor's dtype and shape: every rank sees every
+// header, so a mismatch (shapes, or AllReduce on one rank and Broadcast on
+// another under one key) is found on every rank alike, and then no rank
+// sends its bytes, which leaves no message behind for the key's next
+// invocation. Every rank adds in rank order, so all get the same bits. That costs
 // (ranks - 1) copies of the tensor per rank: fine for the few ranks of one
 // machine, and the place for a ring algorithm when bandwidth matters.
 #include <graphrun/mpi.h>
 #include <mpi.h>
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <string>
 #include <type_traits>
 
 #include "scheduler/mpi/src/engine.h"
@@ -31,6 +38,28 @@ namespace graphrun::mpi {
 namespace {
 
 enum class Kind : uint8_t { kAllReduce, kBroadcast, kAllGather };
+
+// A collective's header: the tensor's, and which collective it is part of.
+struct CollectiveHeader {
+  internal::Header tensor;
+  uint32_t kind = 0;
+  uint32_t reduction = 0;  // AllReduce's; 0 otherwise
+  int32_t root = 0;        // Broadcast's; 0 otherwise
+  int32_t reserved = 0;
+};
+
+// "AllReduce (sum)", "Broadcast from rank 1", "AllGather"; any other word
+// (a malformed header) as its number.
+std::string describe(const CollectiveHeader& h) {
+  switch (static_cast<Kind>(h.kind)) {
+    case Kind::kAllReduce:
+      return h.reduction == static_cast<uint32_t>(Reduction::kMean) ? "AllReduce (mean)"
+                                                                    : "AllReduce (sum)";
+    case Kind::kBroadcast: return fmt::format("Broadcast from rank {}", h.root);
+    case Kind::kAllGather: return "AllGather";
+  }
+  return fmt::format("collective kind {}", h.kind);
+}
 
 using internal::check_dtype;
 using internal::Header;
@@ -55,7 +84,10 @@ class Collective final : public internal::KernelOperation {
         headers_(static_cast<std::size_t>(size_)),
         parts_(static_cast<std::size_t>(size_)),
         drains_(static_cast<std::size_t>(size_)) {
-    mine_ = header_of(input_, key_hash, invocation);
+    mine_.tensor = header_of(input_, key_hash, invocation);
+    mine_.kind = static_cast<uint32_t>(kind);
+    mine_.reduction = kind == Kind::kAllReduce ? static_cast<uint32_t>(reduction) : 0;
+    mine_.root = kind == Kind::kBroadcast ? root : 0;
   }
 
   bool advance(internal::Round& round) override {
@@ -68,6 +100,8 @@ class Collective final : public internal::KernelOperation {
       case 1:
         stage_ = 2;
         status_ = check_headers();
+        // A mismatch is found on every rank: none sends its bytes.
+        if (!status_.is_ok()) return finish(status_);
         if (Status s = post_payloads(round); !s.is_ok()) return finish(std::move(s));
         if (!round.empty()) return false;
         [[fallthrough]];
@@ -83,49 +117,57 @@ class Collective final : public internal::KernelOperation {
     return peer != rank_ && (kind_ != Kind::kBroadcast || peer == root_);
   }
 
-  // Round 1 exchanges only headers. A tensor's bytes go in round 2: a
-  // large send completes only once its peer has posted the receive, which
-  // the peer does in its round 2, after its round 1 (sending the bytes in
-  // round 1 would make each rank's round 1 wait for the other's round 2).
+  // Round 1 exchanges only headers, every rank's with every other (also
+  // for Broadcast, whose bytes go from the root only). A tensor's bytes go
+  // in round 2: a large send completes only once its peer has posted the
+  // receive, which the peer does in its round 2, after its round 1
+  // (sending the bytes in round 1 would make each rank's round 1 wait for
+  // the other's round 2).
   Status post_headers(internal::Round& round) {
     for (int peer = 0; peer < size_; ++peer) {
-      if (sends_to(peer)) {
-        GRAPHRUN_RETURN_IF_ERROR(round.send(&mine_, sizeof(Header), peer, tag_, comm_));
-      }
-      if (receives_from(peer)) {
-        GRAPHRUN_RETURN_IF_ERROR(round.recv(&headers_[static_cast<std::size_t>(peer)],
-                                            sizeof(Header), peer, tag_, comm_));
-      }
+      if (peer == rank_) continue;
+      GRAPHRUN_RETURN_IF_ERROR(round.send(&mine_, sizeof(CollectiveHeader), peer, tag_, comm_));
+      GRAPHRUN_RETURN_IF_ERROR(round.recv(&headers_[static_cast<std::size_t>(peer)],
+                                          sizeof(CollectiveHeader), peer, tag_, comm_));
     }
     return Status::ok();
   }
 
-  // Every received header against this rank's; the first difference, on
-  // every rank alike (each checks the same headers).
+  // Every other rank's header against this rank's. Each check is an
+  // equivalence (the same collective, dtype and shape, or for AllGather
+  // the same shape past dimension 0), so when any two ranks differ every
+  // rank finds a difference, and all fail together.
   Status check_headers() {
-    headers_[static_cast<std::size_t>(rank_)] = mine_;
     if (kind_ == Kind::kAllGather && input_.shape().rank() == 0) {
+      // Every rank's header says so (its rank): the others fail on it.
       return invalid_argument("{}: AllGather needs a tensor of rank >= 1, not a scalar", what_);
     }
     for (int peer = 0; peer < size_; ++peer) {
-      if (!receives_from(peer)) continue;
-      const Header& h = headers_[static_cast<std::size_t>(peer)];
-      if (h.key_hash != mine_.key_hash || h.invocation != mine_.invocation) {
+      if (peer == rank_) continue;
+      const CollectiveHeader& c = headers_[static_cast<std::size_t>(peer)];
+      const Header& h = c.tensor;
+      if (h.key_hash != mine_.tensor.key_hash || h.invocation != mine_.tensor.invocation) {
         return internal_error(
             "{}: rank {} sent invocation {} of another collective (key hash {:x}) where this rank "
             "waited for invocation {} (key hash {:x})",
-            what_, peer, h.invocation, h.key_hash, mine_.invocation, mine_.key_hash);
+            what_, peer, h.invocation, h.key_hash, mine_.tensor.invocation, mine_.tensor.key_hash);
+      }
+      if (c.kind != mine_.kind || c.reduction != mine_.reduction || c.root != mine_.root) {
+        return invalid_argument(
+            "{}: rank {} runs {} under this key, rank {} runs {}: every rank must run the same "
+            "collective on one key",
+            what_, peer, describe(c), rank_, describe(mine_));
       }
       GRAPHRUN_RETURN_IF_ERROR(check_dtype(h));
       GRAPHRUN_ASSIGN_OR_RETURN(Shape shape, shape_of(h));
-      if (h.dtype != mine_.dtype) {
+      if (h.dtype != mine_.tensor.dtype) {
         return invalid_argument("{}: rank {} has {}, rank {} has {}", what_, peer,
                                 static_cast<DType>(h.dtype), rank_, input_.dtype());
       }
       if (kind_ == Kind::kAllGather) {
         if (shape.rank() == 0 || input_.shape().rank() == 0 ||
             shape.rank() != input_.shape().rank() ||
-            !std::equal(h.dims + 1, h.dims + h.rank, mine_.dims + 1)) {
+            !std::equal(h.dims + 1, h.dims + h.rank, mine_.tensor.dims + 1)) {
           return invalid_argument(
               "{}: rank {} has shape {}, rank {} has {}: all but the first dimension must agree",
               what_, peer, shape, rank_, input_.shape());
@@ -147,7 +189,7 @@ class Collective final : public internal::KernelOperation {
             round.send(input_.raw_data(), input_.byte_size(), peer, tag_, comm_));
       }
       if (!receives_from(peer)) continue;
-      const Header& h = headers_[static_cast<std::size_t>(peer)];
+      const Header& h = headers_[static_cast<std::size_t>(peer)].tensor;
       Result<Tensor> part = internal::tensor_for(h);
       if (part.is_ok()) {
         parts_[static_cast<std::size_t>(peer)] = std::move(*part);
@@ -222,8 +264,8 @@ class Collective final : public internal::KernelOperation {
   const std::string what_;
   int stage_ = 0;
   Status status_;
-  Header mine_;
-  std::vector<Header> headers_;
+  CollectiveHeader mine_;
+  std::vector<CollectiveHeader> headers_;
   std::vector<Tensor> parts_;
   std::vector<std::vector<char>> drains_;
 };

@@ -330,8 +330,8 @@ namespace graphrun::ops {
 /// different ranks. float32/float64/int32/int64; kMean needs a float dtype.
 Output AllReduce(Graph& g, Output x, mpi::Reduction reduction = mpi::Reduction::kSum,
                  std::string_view name = {}, std::string_view key = {});
-/// Rank `root`'s `x` on every rank (the others' values are ignored, only
-/// their dtype must agree).
+/// Rank `root`'s `x` on every rank (the others' values are ignored; their
+/// dtype and shape must be the root's, or every rank fails).
 Output Broadcast(Graph& g, Output x, int root = 0, std::string_view name = {},
                  std::string_view key = {});
 /// Every rank's `x` concatenated along dimension 0 in rank order; the ranks'
