@@ -946,7 +946,10 @@ Graph::ScopeGuard Graph::name_scope(std::string_view scope) {
   // As TensorFlow's: at the top a scope starts as a node name does; inside
   // another any name characters go. The scope still opens (its guard
   // closes it), and the graph keeps the error.
-  if (scope_.empty() ? !is_valid_node_name(scope) : scope.empty() || !valid_name_chars(scope)) {
+  // An empty scope at the top is no scope (TensorFlow's name_scope('')
+  // is the root); inside another it would make "outer//x".
+  if (scope_.empty() ? !scope.empty() && !is_valid_node_name(scope)
+                     : scope.empty() || !valid_name_chars(scope)) {
     status_.update(invalid_argument(
         "name_scope('{}'){}: not a valid scope ({}; names match [A-Za-z0-9.][A-Za-z0-9_./>-]*)",
         scope, scope_.empty() ? std::string() : fmt::format(" inside '{}'", scope_),

@@ -146,6 +146,13 @@ TEST(GraphTest, NameScopesFollowTensorFlowsRule) {
     EXPECT_TRUE(g.status().is_ok()) << g.status().to_string();
   }
   {
+    // An empty scope at the top is no scope, as TensorFlow's root.
+    Graph g;
+    auto none = g.name_scope("");
+    EXPECT_EQ(ops::Const(g, Tensor(1.0f), "c").node()->name(), "c");
+    EXPECT_TRUE(g.status().is_ok()) << g.status().to_string();
+  }
+  {
     Graph g;
     { auto top = g.name_scope("_top"); }
     EXPECT_THAT(g.status(), StatusIs(StatusCode::kInvalidArgument,

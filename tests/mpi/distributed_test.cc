@@ -517,6 +517,54 @@ TEST_F(DistributedTest, AStoppedWorkerFailsCallsWithoutADeadlineSkippedOnOneRank
       threads(2), cluster);
 }
 
+// close() with a worker stopped (SIGSTOP): it does not wait its whole
+// close_timeout for a rank the heartbeat finds silent, and says which.
+// The worker, continued, ends its serve() as usual.
+TEST_F(DistributedTest, CloseDoesNotWaitForAStoppedWorkerSkippedOnOneRank) {
+  if (size() == 1) GTEST_SKIP() << "needs a worker rank";
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  Output pid, stops;
+  {
+    auto scope = g.device(far());
+    pid = ops::Call(
+        g, {}, {DType::kInt64},
+        [](OpKernelContext& ctx) -> Status {
+          return ctx.set_output(0, Tensor(static_cast<int64_t>(::getpid())));
+        },
+        {}, "pid")[0];
+    stops = ops::Call(
+        g, {x}, {DType::kFloat32},
+        [](OpKernelContext& ctx) -> Status {
+          if (ctx.input(0).scalar<float>() > 0) std::raise(SIGSTOP);
+          return ctx.set_output(0, ctx.input(0));
+        },
+        {}, "stops")[0];
+  }
+  ASSERT_THAT(g.status(), IsOk());
+  mpi::ClusterOptions cluster;
+  cluster.heartbeat_interval = 100ms;
+  cluster.heartbeat_timeout = 1500ms;
+  cluster.close_timeout = 60s;  // the old close waited this long, then named no cause
+  across_ranks(
+      g,
+      [&](mpi::DistributedSession& s) {
+        auto who = s.run({}, {pid}, {}, bounded());
+        ASSERT_THAT(who, IsOk());
+        const auto worker = static_cast<pid_t>((*who)[0].scalar<int64_t>());
+        // The worker stops inside this step; the call returns when the
+        // heartbeat finds it silent.
+        auto r = s.run({{x, Tensor(1.0f)}}, {stops});
+        EXPECT_THAT(r, StatusIs(StatusCode::kUnavailable, "sent nothing"));
+        EXPECT_THAT(s.close(), StatusIs(StatusCode::kUnavailable,
+                                        "rank " + std::to_string(size() - 1) +
+                                            " did not confirm the session's close: it sent "
+                                            "nothing for 1500 ms"));
+        ASSERT_EQ(::kill(worker, SIGCONT), 0);
+      },
+      threads(2), cluster);
+}
+
 // A heartbeat that could never be answered in time is refused.
 TEST_F(DistributedTest, AHeartbeatTimeoutShorterThanItsIntervalIsRefused) {
   Graph g;

@@ -354,10 +354,11 @@ class Graph {
     std::size_t saved_;
   };
   /// Name scopes: while the returned guard lives, new nodes are named
-  /// "<scope>/<name>". Scopes nest. A scope that would make names
-  /// is_valid_node_name() refuses (empty, or with other characters; at the
-  /// top, starting with '_', '-', '/' or '>') is an error the graph keeps
-  /// (Session::create returns it), as TensorFlow's name_scope raises.
+  /// "<scope>/<name>". Scopes nest; an empty one at the top is no scope. A
+  /// scope that would make names is_valid_node_name() refuses (empty inside
+  /// another, other characters, or at the top starting with '_', '-', '/'
+  /// or '>') is an error the graph keeps (Session::create returns it), as
+  /// TensorFlow's name_scope raises.
   [[nodiscard]] ScopeGuard name_scope(std::string_view scope);
   /// While the guard lives, every new node runs after `deps` (TF's
   /// control_dependencies). Nests: inner scopes add to outer ones. A null

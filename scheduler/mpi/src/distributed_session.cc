@@ -188,6 +188,14 @@ struct Signature {
   bool local = false;       // rank 0 runs a part
 };
 
+namespace {
+// The driver's step ids, from 1, unique in the process (see Impl).
+uint64_t next_step_id() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1, std::memory_order_relaxed);
+}
+}  // namespace
+
 struct DistributedSession::Impl {
   std::shared_ptr<World> world;
   ClusterOptions cluster;
@@ -198,7 +206,9 @@ struct DistributedSession::Impl {
   std::mutex mu;  // plans, step ids, the order steps start in, and extends
   std::unordered_map<std::string, std::shared_ptr<const Signature>> plans;
   std::map<std::pair<int, int>, int> fetch_edges;  // (node, output) -> edge id
-  uint64_t next_step = 1;
+  // Step ids come from next_step_id(): unique in the process, so that a
+  // worker's late answer to an earlier session's step never meets a step
+  // of this one.
   bool closed = false;
   Status broken;  // an extend that failed half-way; guarded by mu
   // Readers of the graph and the placement that do not hold mu (a partial
@@ -253,8 +263,10 @@ struct DistributedSession::Impl {
   // DistributedSession::extend, with mu held.
   Status extend(const Graph& grown);
   // Sends close to `notify` and waits (close_timeout) for `wait_for` to
-  // confirm.
-  Status shut_down(const std::vector<int>& notify, const std::vector<int>& wait_for);
+  // confirm; with `heartbeat`, not for a rank the heartbeat finds silent
+  // (the heartbeat still runs).
+  Status shut_down(const std::vector<int>& notify, const std::vector<int>& wait_for,
+                   bool heartbeat = false);
 };
 
 // One partial run spanning ranks, on the driver.
@@ -568,21 +580,48 @@ Result<std::shared_ptr<const Signature>> DistributedSession::Impl::plan(
 }
 
 Status DistributedSession::Impl::shut_down(const std::vector<int>& notify,
-                                           const std::vector<int>& wait_for) {
+                                           const std::vector<int>& wait_for, bool heartbeat) {
   for (int r : notify) {
     internal::send_message(world->engine(), r, internal::kToWorker, Kind::kClose, 0, {});
   }
   const auto deadline = graphrun::internal::steady_deadline_after(cluster.close_timeout);
   std::set<int> waiting(wait_for.begin(), wait_for.end());
+  Status status;
+  // A rank the heartbeat finds silent (stopped, lost) is not waited for: a
+  // live one keeps answering the heartbeat while it ends its steps.
+  auto give_up_on_silent = [&] {
+    const auto now = std::chrono::steady_clock::now();
+    const std::lock_guard lock(heard_mu);
+    for (auto it = waiting.begin(); it != waiting.end();) {
+      if (now - last_heard[static_cast<std::size_t>(*it)] > cluster.heartbeat_timeout) {
+        status.update(unavailable(
+            "rank {} did not confirm the session's close: it sent nothing for {} ms, not even an "
+            "answer to the driver's heartbeat (ClusterOptions::heartbeat_timeout): its process "
+            "is stopped or lost",
+            *it, cluster.heartbeat_timeout.count()));
+        it = waiting.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  };
   while (!waiting.empty()) {
-    std::optional<Message> m = control.pop(deadline);
+    if (heartbeat) give_up_on_silent();
+    if (waiting.empty()) break;
+    const auto until =
+        heartbeat ? std::min(deadline,
+                             graphrun::internal::steady_deadline_after(cluster.heartbeat_interval))
+                  : deadline;
+    std::optional<Message> m = control.pop(until);
     if (!m.has_value()) {
-      return unavailable("rank {} did not confirm the session's close within {} ms",
-                         *waiting.begin(), cluster.close_timeout.count());
+      if (std::chrono::steady_clock::now() < deadline) continue;
+      status.update(unavailable("rank {} did not confirm the session's close within {} ms",
+                                *waiting.begin(), cluster.close_timeout.count()));
+      return status;
     }
     if (m->kind == Kind::kClosed) waiting.erase(m->source);
   }
-  return Status::ok();
+  return status;
 }
 
 DistributedSession::DistributedSession(std::shared_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -752,7 +791,7 @@ Result<std::vector<Tensor>> DistributedSession::Impl::execute(
       GRAPHRUN_RETURN_IF_ERROR(
           check_feed_value(sig->feed_name[k], sig->feed_dtype[k], sig->feed_shape[k], values[k]));
     }
-    id = s.next_step++;
+    id = next_step_id();
     for (const Signature::Part& p : sig->parts) step->workers.push_back(p.rank);
     step->pending = static_cast<int>(sig->parts.size()) + (sig->local ? 1 : 0);
     {
@@ -995,7 +1034,7 @@ Result<DistributedSession::PartialRun> DistributedSession::partial_run_setup(
   GRAPHRUN_ASSIGN_OR_RETURN(std::shared_ptr<const Signature> sig,
                             s.plan(declared, fetch_refs, targets));
   st->local_fetch = sig->local_fetches;
-  st->id = s.next_step++;
+  st->id = next_step_id();
   for (const Signature::Part& p : sig->parts) st->workers.push_back(p.rank);
   {
     const std::lock_guard steps_lock(s.steps_mu);
@@ -1355,12 +1394,14 @@ Status DistributedSession::close() {
     if (s.closed) return Status::ok();
     s.closed = true;
   }
-  s.stop_heartbeat();
   // Steps in flight end: rank 0's part at once, the workers' at their close.
   Status status = s.session->close();
   std::vector<int> workers;
   for (int r = 1; r < s.world->size(); ++r) workers.push_back(r);
-  status.update(s.shut_down(workers, workers));
+  // The heartbeat goes on meanwhile: a live worker answers it while it ends
+  // its steps, and close does not wait for one that has gone silent.
+  status.update(s.shut_down(workers, workers, s.beat.joinable()));
+  s.stop_heartbeat();
   for (auto& l : s.listeners) l->stop();
   g_driver_open.store(false);  // the workers are free for another session
   return status;

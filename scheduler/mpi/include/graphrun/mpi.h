@@ -113,7 +113,8 @@ struct ClusterOptions {
   /// How long create() waits for every worker to answer (a rank that is
   /// not in serve() yet, or never will be, makes create() Unavailable).
   std::chrono::milliseconds connect_timeout{60000};
-  /// How long close() waits for every worker to confirm it stopped.
+  /// How long close() waits for every worker to confirm it stopped (with
+  /// the heartbeat on, not for one silent past heartbeat_timeout).
   std::chrono::milliseconds close_timeout{30000};
   /// How often the driver asks every worker for a sign of life (a worker
   /// answers on its MPI progress thread, whatever its kernels do); zero
@@ -287,7 +288,9 @@ class DistributedSession {
   Status extend(const Graph& grown);
 
   /// Ends the steps in flight (Cancelled) and every worker's serve();
-  /// later runs are Cancelled. Idempotent.
+  /// later runs are Cancelled. Idempotent. A worker that does not confirm
+  /// (silent past heartbeat_timeout, or past close_timeout) makes it
+  /// Unavailable naming the rank.
   Status close();
   /// The rank of every node of the graph (by id), as placed (extend()
   /// appends the new nodes'; not to be used while extend() runs).
