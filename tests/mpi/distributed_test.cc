@@ -393,8 +393,16 @@ TEST_F(DistributedTest, DeadlinesAndStopsReachEveryRank) {
   across_ranks(g, [&](mpi::DistributedSession& s) {
     RunOptions soon;
     soon.timeout = 200ms;
-    EXPECT_THAT(s.run({{x, Tensor(1.0f)}}, {z}, {}, soon),
-                StatusIs(StatusCode::kDeadlineExceeded, ""));
+    // Whichever rank's report comes first names what it waited for: the
+    // far kernel 'slow', or rank 0's Recv of the fetch z:0 (named after it,
+    // where it was once 'mpi_partition/recv_0').
+    auto late = s.run({{x, Tensor(1.0f)}}, {z}, {}, soon);
+    EXPECT_THAT(late, StatusIs(StatusCode::kDeadlineExceeded, ""));
+    const std::string why = late.status().message();
+    EXPECT_TRUE(why.find("node 'slow' (Call)") != std::string::npos ||
+                why.find("node 'mpi_partition/z_0_from_rank_" + std::to_string(size() - 1) +
+                         "' (MpiPartitionRecv)") != std::string::npos)
+        << why;
     std::stop_source stop;
     RunOptions stoppable = bounded();
     stoppable.stop_token = stop.get_token();

@@ -69,8 +69,7 @@ using internal::shape_of;
 class Collective final : public internal::KernelOperation {
  public:
   Collective(Kind kind, Reduction reduction, int root, const World& world, MPI_Comm comm,
-             OpKernelContext& ctx, AsyncOpKernel::Done done, uint64_t key_hash, uint64_t invocation,
-             std::string what)
+             OpKernelContext& ctx, AsyncOpKernel::Done done, uint64_t key_hash, uint64_t invocation)
       : KernelOperation(ctx, std::move(done)),
         kind_(kind),
         reduction_(reduction),
@@ -80,7 +79,6 @@ class Collective final : public internal::KernelOperation {
         comm_(comm),
         input_(ctx.input(0)),
         tag_(internal::tag_of(key_hash, invocation)),
-        what_(std::move(what)),
         headers_(static_cast<std::size_t>(size_)),
         parts_(static_cast<std::size_t>(size_)),
         drains_(static_cast<std::size_t>(size_)) {
@@ -140,7 +138,7 @@ class Collective final : public internal::KernelOperation {
   Status check_headers() {
     if (kind_ == Kind::kAllGather && input_.shape().rank() == 0) {
       // Every rank's header says so (its rank): the others fail on it.
-      return invalid_argument("{}: AllGather needs a tensor of rank >= 1, not a scalar", what_);
+      return invalid_argument("AllGather needs a tensor of rank >= 1, not a scalar");
     }
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_) continue;
@@ -148,33 +146,33 @@ class Collective final : public internal::KernelOperation {
       const Header& h = c.tensor;
       if (h.key_hash != mine_.tensor.key_hash || h.invocation != mine_.tensor.invocation) {
         return internal_error(
-            "{}: rank {} sent invocation {} of another collective (key hash {:x}) where this rank "
+            "rank {} sent invocation {} of another collective (key hash {:x}) where this rank "
             "waited for invocation {} (key hash {:x})",
-            what_, peer, h.invocation, h.key_hash, mine_.tensor.invocation, mine_.tensor.key_hash);
+            peer, h.invocation, h.key_hash, mine_.tensor.invocation, mine_.tensor.key_hash);
       }
       if (c.kind != mine_.kind || c.reduction != mine_.reduction || c.root != mine_.root) {
         return invalid_argument(
-            "{}: rank {} runs {} under this key, rank {} runs {}: every rank must run the same "
+            "rank {} runs {} under this key, rank {} runs {}: every rank must run the same "
             "collective on one key",
-            what_, peer, describe(c), rank_, describe(mine_));
+            peer, describe(c), rank_, describe(mine_));
       }
       GRAPHRUN_RETURN_IF_ERROR(check_dtype(h));
       GRAPHRUN_ASSIGN_OR_RETURN(Shape shape, shape_of(h));
       if (h.dtype != mine_.tensor.dtype) {
-        return invalid_argument("{}: rank {} has {}, rank {} has {}", what_, peer,
-                                static_cast<DType>(h.dtype), rank_, input_.dtype());
+        return invalid_argument("rank {} has {}, rank {} has {}", peer, static_cast<DType>(h.dtype),
+                                rank_, input_.dtype());
       }
       if (kind_ == Kind::kAllGather) {
         if (shape.rank() == 0 || input_.shape().rank() == 0 ||
             shape.rank() != input_.shape().rank() ||
             !std::equal(h.dims + 1, h.dims + h.rank, mine_.tensor.dims + 1)) {
           return invalid_argument(
-              "{}: rank {} has shape {}, rank {} has {}: all but the first dimension must agree",
-              what_, peer, shape, rank_, input_.shape());
+              "rank {} has shape {}, rank {} has {}: all but the first dimension must agree", peer,
+              shape, rank_, input_.shape());
         }
       } else if (!(shape == input_.shape())) {
-        return invalid_argument("{}: rank {} has shape {}, rank {} has {}", what_, peer, shape,
-                                rank_, input_.shape());
+        return invalid_argument("rank {} has shape {}, rank {} has {}", peer, shape, rank_,
+                                input_.shape());
       }
     }
     return Status::ok();
@@ -197,8 +195,7 @@ class Collective final : public internal::KernelOperation {
         GRAPHRUN_RETURN_IF_ERROR(round.recv(t.raw_data(), t.byte_size(), peer, tag_, comm_));
       } else {
         // Received anyway, so that the peer's send completes.
-        if (status_.is_ok())
-          status_ = internal_error("{}: rank {} sent a malformed header", what_, peer);
+        if (status_.is_ok()) status_ = internal_error("rank {} sent a malformed header", peer);
         std::vector<char>& drain = drains_[static_cast<std::size_t>(peer)];
         drain.resize(static_cast<std::size_t>(std::min<uint64_t>(h.bytes, INT32_MAX)));
         GRAPHRUN_RETURN_IF_ERROR(round.recv(drain.data(), drain.size(), peer, tag_, comm_));
@@ -232,7 +229,7 @@ class Collective final : public internal::KernelOperation {
     return visit_dtype(input_.dtype(), [&](auto zero) -> Status {
       using T = decltype(zero);
       if constexpr (std::is_same_v<T, bool>) {
-        return invalid_argument("{}: AllReduce of bool", what_);
+        return invalid_argument("AllReduce of bool");
       } else {
         T* y = out->flat<T>().data();
         const auto n = static_cast<std::size_t>(input_.num_elements());
@@ -261,7 +258,6 @@ class Collective final : public internal::KernelOperation {
   const MPI_Comm comm_;
   const Tensor input_;  // keeps the sent bytes alive
   const int tag_;
-  const std::string what_;
   int stage_ = 0;
   Status status_;
   CollectiveHeader mine_;
@@ -273,20 +269,19 @@ class Collective final : public internal::KernelOperation {
 class CollectiveKernel final : public AsyncOpKernel {
  public:
   CollectiveKernel(std::shared_ptr<World> world, Kind kind, Reduction reduction, int root,
-                   uint64_t key_hash, std::string what)
+                   uint64_t key_hash)
       : world_(std::move(world)),
         kind_(kind),
         reduction_(reduction),
         root_(root),
         key_hash_(key_hash),
-        counter_(world_->invocation_counter(key_hash)),
-        what_(std::move(what)) {}
+        counter_(world_->invocation_counter(key_hash)) {}
 
   void compute_async(OpKernelContext& ctx, Done done) override {
     const uint64_t invocation = counter_.fetch_add(1, std::memory_order_relaxed);
     world_->engine().start(
         std::make_unique<Collective>(kind_, reduction_, root_, *world_, world_->engine().comm(),
-                                     ctx, std::move(done), key_hash_, invocation, what_),
+                                     ctx, std::move(done), key_hash_, invocation),
         &ctx);
   }
 
@@ -297,7 +292,6 @@ class CollectiveKernel final : public AsyncOpKernel {
   const int root_;
   const uint64_t key_hash_;
   std::atomic<uint64_t>& counter_;  // the key's invocations in this process
-  const std::string what_;
 };
 
 Result<std::unique_ptr<OpKernel>> make_kernel(OpKernelConstruction& c, Kind kind) {
@@ -331,8 +325,7 @@ Result<std::unique_ptr<OpKernel>> make_kernel(OpKernelConstruction& c, Kind kind
     }
     root = static_cast<int>(r);
   }
-  return std::make_unique<CollectiveKernel>(std::move(world), kind, reduction, root, hash,
-                                            node.describe());
+  return std::make_unique<CollectiveKernel>(std::move(world), kind, reduction, root, hash);
 }
 
 Status gather_shape(InferenceContext& ic) {

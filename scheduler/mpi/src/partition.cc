@@ -53,6 +53,21 @@ uint64_t Partition::fingerprint(const Graph& g) {
   return h;
 }
 
+namespace {
+// The name of a cross-rank edge's Send or Recv: "mpi_partition/" and what
+// it carries ("<node>_<output>", "<node>_control" for a control edge, of
+// the node `source` names) "_to_rank_<r>" or "_from_rank_<r>", so that a
+// deadline or an error naming the node says which tensor and which rank it
+// waited for.
+std::string edge_node_name(const Node* source, const CrossEdge& e, bool send) {
+  const std::string what = source == nullptr ? fmt::format("edge_{}", e.id)
+                           : e.output >= 0   ? fmt::format("{}_{}", source->name(), e.output)
+                                             : fmt::format("{}_control", source->name());
+  return send ? fmt::format("mpi_partition/{}_to_rank_{}", what, e.to)
+              : fmt::format("mpi_partition/{}_from_rank_{}", what, e.from);
+}
+}  // namespace
+
 std::string Partition::fresh_name(const std::string& base) const {
   std::string name = base;
   auto taken = [&](const std::string& n) {
@@ -131,8 +146,8 @@ Status Partition::note_transfer(const Node& n) {
 }
 
 Status Partition::add_send(const CrossEdge& e, Output x) {
-  NodeSpec spec =
-      send_spec(fresh_name(fmt::format("mpi_partition/send_{}", e.id)), e, x, step_, session_);
+  const Node* source = e.output >= 0 ? x.node() : local_of_[static_cast<std::size_t>(e.node)];
+  NodeSpec spec = send_spec(fresh_name(edge_node_name(source, e, true)), e, x, step_, session_);
   if (e.output < 0) spec.control_inputs.push_back(local_of_[static_cast<std::size_t>(e.node)]);
   GRAPHRUN_ASSIGN_OR_RETURN(Node * send, local_.add_node(std::move(spec)));
   sends_[e.id] = send->name();
@@ -140,9 +155,10 @@ Status Partition::add_send(const CrossEdge& e, Output x) {
 }
 
 Status Partition::add_recv(const CrossEdge& e, DType dtype, const Shape& shape) {
+  const Node* source = global_ != nullptr && e.node >= 0 ? global_->node(e.node) : nullptr;
   GRAPHRUN_ASSIGN_OR_RETURN(
-      Node * recv, local_.add_node(recv_spec(fresh_name(fmt::format("mpi_partition/recv_{}", e.id)),
-                                             e, dtype, shape, step_, session_)));
+      Node * recv, local_.add_node(recv_spec(fresh_name(edge_node_name(source, e, false)), e, dtype,
+                                             shape, step_, session_)));
   recvs_[e.id] = recv->output(0).name();
   return Status::ok();
 }
@@ -408,7 +424,7 @@ Result<Graph> Partition::delta(const Graph& grown, const Growth& growth, int ran
     GRAPHRUN_ASSIGN_OR_RETURN(Output s, step());
     auto [dtype, shape] = carried(grown, e);
     GRAPHRUN_ASSIGN_OR_RETURN(
-        Node * recv, d.add_node(recv_spec(fresh(fmt::format("mpi_partition/recv_{}", e.id)), e,
+        Node * recv, d.add_node(recv_spec(fresh(edge_node_name(grown.node(e.node), e, false)), e,
                                           dtype, shape, s, session_)));
     recv_of_new.emplace(e.id, recv->output(0));
     new_into.emplace(std::make_tuple(e.node, e.output), e.id);
@@ -482,7 +498,8 @@ Result<Graph> Partition::delta(const Graph& grown, const Growth& growth, int ran
       GRAPHRUN_ASSIGN_OR_RETURN(x, input(e.node, e.output));
     }
     GRAPHRUN_ASSIGN_OR_RETURN(Output s, step());
-    NodeSpec spec = send_spec(fresh(fmt::format("mpi_partition/send_{}", e.id)), e, x, s, session_);
+    NodeSpec spec =
+        send_spec(fresh(edge_node_name(grown.node(e.node), e, true)), e, x, s, session_);
     if (e.output < 0) {
       GRAPHRUN_ASSIGN_OR_RETURN(const Node* c, control(grown.node(e.node)));
       spec.control_inputs.push_back(c);

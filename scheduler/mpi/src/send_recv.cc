@@ -119,14 +119,12 @@ class SendOp final : public Transfer {
 class RecvOp final : public Transfer {
  public:
   RecvOp(OpKernelContext& ctx, AsyncOpKernel::Done done, int peer, uint64_t hash,
-         uint64_t invocation, int tag, MPI_Comm comm, DType dtype, const Shape* shape,
-         const std::string* what)
+         uint64_t invocation, int tag, MPI_Comm comm, DType dtype, const Shape* shape)
       : Transfer(ctx, std::move(done), peer, tag, comm),
         hash_(hash),
         invocation_(invocation),
         dtype_(dtype),
-        shape_(shape),
-        what_(what) {}
+        shape_(shape) {}
 
   bool advance(internal::Round& round) override {
     switch (stage_) {
@@ -214,9 +212,9 @@ class RecvOp final : public Transfer {
   Status check_compact(const internal::CompactWord& w, int later) {
     if (later != 0) {
       return internal_error(
-          "{}: rank {} sent a later invocation of this tensor (bits 10-17: {}) where this Recv "
+          "rank {} sent a later invocation of this tensor (bits 10-17: {}) where this Recv "
           "waited for invocation {}",
-          *what_, peer_, w.invocation_bits, invocation_);
+          peer_, w.invocation_bits, invocation_);
     }
     std::array<int64_t, Shape::kMaxRank> ones;
     ones.fill(1);  // a shape of w.rank ones
@@ -232,9 +230,9 @@ class RecvOp final : public Transfer {
   Status check_header() {
     if (packet_.header.key_hash != hash_ || packet_.header.invocation != invocation_) {
       return internal_error(
-          "{}: rank {} sent invocation {} of another tensor (name hash {:x}) where this Recv "
+          "rank {} sent invocation {} of another tensor (name hash {:x}) where this Recv "
           "waited for invocation {} (name hash {:x})",
-          *what_, peer_, packet_.header.invocation, packet_.header.key_hash, invocation_, hash_);
+          peer_, packet_.header.invocation, packet_.header.key_hash, invocation_, hash_);
     }
     return check_received(packet_.header.dtype, packet_.header.rank, packet_.header.dims);
   }
@@ -244,20 +242,19 @@ class RecvOp final : public Transfer {
   Status check_received(int32_t dtype, int rank, const int64_t* dims) {
     if (dtype != static_cast<int32_t>(dtype_)) {
       GRAPHRUN_RETURN_IF_ERROR(internal::check_dtype(dtype));
-      return invalid_argument("{}: rank {} sent {} where this Recv expects {}", *what_, peer_,
+      return invalid_argument("rank {} sent {} where this Recv expects {}", peer_,
                               static_cast<DType>(dtype), dtype_);
     }
     if (rank < 0 || rank > Shape::kMaxRank) {
-      return internal_error("{}: rank {} sent a malformed header: a shape of rank {}", *what_,
-                            peer_, rank);
+      return internal_error("rank {} sent a malformed header: a shape of rank {}", peer_, rank);
     }
     own_shape_ = !expected(rank, dims);
     if (!own_shape_) return Status::ok();  // received() is *shape_
     GRAPHRUN_ASSIGN_OR_RETURN(
         received_, Shape::make(std::span<const int64_t>(dims, static_cast<std::size_t>(rank))));
     if (!received_.is_compatible_with(*shape_)) {
-      return invalid_argument("{}: rank {} sent shape {} where this Recv expects {}", *what_, peer_,
-                              received_, *shape_);
+      return invalid_argument("rank {} sent shape {} where this Recv expects {}", peer_, received_,
+                              *shape_);
     }
     return Status::ok();
   }
@@ -280,8 +277,7 @@ class RecvOp final : public Transfer {
                          received());
     }
     if (!t.is_ok()) {
-      return internal_error("{}: rank {} sent a malformed header: {}", *what_, peer_,
-                            t.status().message());
+      return internal_error("rank {} sent a malformed header: {}", peer_, t.status().message());
     }
     value_ = std::move(*t);
     return Status::ok();
@@ -295,8 +291,7 @@ class RecvOp final : public Transfer {
   const uint64_t hash_;
   const uint64_t invocation_;
   const DType dtype_;
-  const Shape* shape_;       // the kernel's, which outlives the step
-  const std::string* what_;  // the kernel's, which outlives the step
+  const Shape* shape_;  // the kernel's, which outlives the step
   int stage_ = 0;
   Status status_;
   Packet packet_;
@@ -317,7 +312,7 @@ class RecvOp final : public Transfer {
 class TransferKernel final : public AsyncOpKernel {
  public:
   TransferKernel(std::shared_ptr<World> world, bool send, int peer, uint64_t hash, int edge,
-                 DType dtype, Shape shape, std::string what)
+                 DType dtype, Shape shape)
       : world_(std::move(world)),
         send_(send),
         peer_(peer),
@@ -325,8 +320,7 @@ class TransferKernel final : public AsyncOpKernel {
         counter_(world_->invocation_counter(counter_of(hash, peer, send))),
         edge_(edge),
         dtype_(dtype),
-        shape_(std::move(shape)),
-        what_(std::move(what)) {}
+        shape_(std::move(shape)) {}
 
   void compute_async(OpKernelContext& ctx, Done done) override {
     uint64_t invocation = 0;
@@ -345,7 +339,7 @@ class TransferKernel final : public AsyncOpKernel {
                    &ctx);
     } else {
       engine.start(std::make_unique<RecvOp>(ctx, std::move(done), peer_, hash_, invocation, tag,
-                                            engine.comm(), dtype_, &shape_, &what_),
+                                            engine.comm(), dtype_, &shape_),
                    &ctx);
     }
   }
@@ -359,7 +353,6 @@ class TransferKernel final : public AsyncOpKernel {
   const int edge_;                  // -1: matched by tensor name and invocation count
   const DType dtype_;
   const Shape shape_;
-  const std::string what_;
 };
 
 static_assert(sizeof(SendOp) <= BlockCache::kSize && sizeof(RecvOp) <= BlockCache::kSize);
@@ -403,8 +396,7 @@ Result<std::unique_ptr<OpKernel>> make_transfer(OpKernelConstruction& c, bool se
     GRAPHRUN_ASSIGN_OR_RETURN(shape, c.attr<Shape>("shape"));
   }
   return std::make_unique<TransferKernel>(std::move(world), send, static_cast<int>(peer), hash,
-                                          static_cast<int>(edge), dtype, std::move(shape),
-                                          node.describe());
+                                          static_cast<int>(edge), dtype, std::move(shape));
 }
 
 Status recv_shape(InferenceContext& c) {
