@@ -13,6 +13,7 @@
 #include <ostream>
 
 #include "api/src/huge_pages.h"
+#include "api/src/op_def_attrs.h"
 
 namespace graphrun {
 
@@ -433,9 +434,7 @@ std::string first_bad_char(std::string_view name, bool start = true) {
   }
   return name.empty() ? "it is empty" : "none";
 }
-}  // namespace
 
-namespace {
 // InvalidArgument naming the first of `attrs` that `def` does not declare
 // (and that is no '_' annotation), with the ones it does.
 Status check_declared(const OpDef& def, const AttrMap& attrs, const std::string& node) {
@@ -448,14 +447,8 @@ Status check_declared(const OpDef& def, const AttrMap& attrs, const std::string&
   };
   for (const auto& [a, value] : attrs) {
     if (declared(a)) continue;
-    std::vector<std::string> names;
-    for (const auto& t : def.type_attrs()) names.push_back(t.name);
-    for (const auto& d : def.attrs()) names.push_back(d.name);
-    std::sort(names.begin(), names.end());
-    return invalid_argument(
-        "node '{}' ({}): {} declares no attribute '{}' (its attributes: {})", node, def.name(),
-        def.name(), a,
-        names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", ")));
+    return invalid_argument("node '{}' ({}): {} declares no attribute '{}' (its attributes: {})",
+                            node, def.name(), def.name(), a, internal::declared_attr_names(def));
   }
   return Status::ok();
 }

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "api/src/op_def_attrs.h"
 #include "graphdef/src/convert.h"
 
 namespace graphrun {
@@ -241,14 +242,6 @@ int expected_attr_kind(const OpDef& def, std::string_view name) {
   return -1;
 }
 
-std::string declared_attrs(const OpDef& def) {
-  std::vector<std::string> names;
-  for (const auto& ta : def.type_attrs()) names.push_back(ta.name);
-  for (const auto& ad : def.attrs()) names.push_back(ad.name);
-  std::sort(names.begin(), names.end());
-  return names.empty() ? std::string("none") : fmt::format("{}", fmt::join(names, ", "));
-}
-
 // One NodeDef on its way into the graph.
 struct PendingNode {
   const v1::NodeDef* def = nullptr;
@@ -345,7 +338,7 @@ class Importer {
       if (kind < 0) {
         if (is_ignored_attr(def.name(), name)) continue;
         return invalid_argument("unknown attribute '{}' (graphrun's {} declares: {})", name,
-                                def.name(), declared_attrs(def));
+                                def.name(), internal::declared_attr_names(def));
       }
       Result<AttrValue> converted = attr_from_proto(value, static_cast<std::size_t>(kind));
       if (!converted.is_ok()) {

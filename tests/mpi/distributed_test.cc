@@ -465,43 +465,61 @@ TEST_F(DistributedTest, ARankThatDoesNotAnswerIsUnavailableAfterTheDeadline) {
   });
 }
 
+// A graph whose far rank reports its process id ('pid') and stops its own
+// process (SIGSTOP) when 'stops' runs with x > 0; z = stops + x on rank 0.
+// Its cluster options find a silent rank within 1.5 s.
+struct StoppingWorker {
+  Graph g;
+  Output x, pid, stops, z;
+  StoppingWorker() {
+    x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+    {
+      auto scope = g.device(far());
+      pid = ops::Call(
+          g, {}, {DType::kInt64},
+          [](OpKernelContext& ctx) -> Status {
+            return ctx.set_output(0, Tensor(static_cast<int64_t>(::getpid())));
+          },
+          {}, "pid")[0];
+      stops = ops::Call(
+          g, {x}, {DType::kFloat32},
+          [](OpKernelContext& ctx) -> Status {
+            if (ctx.input(0).scalar<float>() > 0) std::raise(SIGSTOP);
+            return ctx.set_output(0, ctx.input(0));
+          },
+          {}, "stops")[0];
+    }
+    auto back = g.device("/rank:0");
+    z = ops::Add(g, stops, x, "z");
+  }
+  static mpi::ClusterOptions cluster() {
+    mpi::ClusterOptions c;
+    c.heartbeat_interval = 100ms;
+    c.heartbeat_timeout = 1500ms;
+    return c;
+  }
+  // The far rank's process id, 0 when the run fails (reported here).
+  pid_t worker_pid(mpi::DistributedSession& s) const {
+    auto who = s.run({}, {pid}, {}, bounded());
+    EXPECT_THAT(who, IsOk());
+    return who.is_ok() ? static_cast<pid_t>((*who)[0].scalar<int64_t>()) : 0;
+  }
+};
+
 // A worker process stopped (SIGSTOP) in the middle of a call without a
 // deadline: the heartbeat finds it silent, and the call fails with
 // Unavailable naming its rank instead of waiting for ever. Once it
 // continues (SIGCONT) it answers again and later steps run.
 TEST_F(DistributedTest, AStoppedWorkerFailsCallsWithoutADeadlineSkippedOnOneRank) {
   if (size() == 1) GTEST_SKIP() << "needs a worker rank";
-  Graph g;
-  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
-  Output pid, stops;
-  {
-    auto scope = g.device(far());
-    pid = ops::Call(
-        g, {}, {DType::kInt64},
-        [](OpKernelContext& ctx) -> Status {
-          return ctx.set_output(0, Tensor(static_cast<int64_t>(::getpid())));
-        },
-        {}, "pid")[0];
-    stops = ops::Call(
-        g, {x}, {DType::kFloat32},
-        [](OpKernelContext& ctx) -> Status {
-          if (ctx.input(0).scalar<float>() > 0) std::raise(SIGSTOP);
-          return ctx.set_output(0, ctx.input(0));
-        },
-        {}, "stops")[0];
-  }
-  auto back = g.device("/rank:0");
-  Output z = ops::Add(g, stops, x, "z");
+  StoppingWorker w;
+  auto& [g, x, pid, stops, z] = w;
   ASSERT_THAT(g.status(), IsOk());
-  mpi::ClusterOptions cluster;
-  cluster.heartbeat_interval = 100ms;
-  cluster.heartbeat_timeout = 1500ms;
   across_ranks(
       g,
       [&](mpi::DistributedSession& s) {
-        auto who = s.run({}, {pid}, {}, bounded());
-        ASSERT_THAT(who, IsOk());
-        const auto worker = static_cast<pid_t>((*who)[0].scalar<int64_t>());
+        const pid_t worker = w.worker_pid(s);
+        ASSERT_GT(worker, 0);
         const std::string silent = "rank " + std::to_string(size() - 1) + ": sent nothing";
         // No deadline: only the heartbeat ends the call.
         auto r = s.run({{x, Tensor(1.0f)}}, {z});
@@ -522,7 +540,7 @@ TEST_F(DistributedTest, AStoppedWorkerFailsCallsWithoutADeadlineSkippedOnOneRank
         ASSERT_THAT(ok, IsOk());
         EXPECT_EQ((*ok)[0].scalar<float>(), 0.0f);
       },
-      threads(2), cluster);
+      threads(2), StoppingWorker::cluster());
 }
 
 // close() with a worker stopped (SIGSTOP): it does not wait its whole
@@ -530,36 +548,16 @@ TEST_F(DistributedTest, AStoppedWorkerFailsCallsWithoutADeadlineSkippedOnOneRank
 // The worker, continued, ends its serve() as usual.
 TEST_F(DistributedTest, CloseDoesNotWaitForAStoppedWorkerSkippedOnOneRank) {
   if (size() == 1) GTEST_SKIP() << "needs a worker rank";
-  Graph g;
-  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
-  Output pid, stops;
-  {
-    auto scope = g.device(far());
-    pid = ops::Call(
-        g, {}, {DType::kInt64},
-        [](OpKernelContext& ctx) -> Status {
-          return ctx.set_output(0, Tensor(static_cast<int64_t>(::getpid())));
-        },
-        {}, "pid")[0];
-    stops = ops::Call(
-        g, {x}, {DType::kFloat32},
-        [](OpKernelContext& ctx) -> Status {
-          if (ctx.input(0).scalar<float>() > 0) std::raise(SIGSTOP);
-          return ctx.set_output(0, ctx.input(0));
-        },
-        {}, "stops")[0];
-  }
+  StoppingWorker w;
+  auto& [g, x, pid, stops, z] = w;
   ASSERT_THAT(g.status(), IsOk());
-  mpi::ClusterOptions cluster;
-  cluster.heartbeat_interval = 100ms;
-  cluster.heartbeat_timeout = 1500ms;
+  mpi::ClusterOptions cluster = StoppingWorker::cluster();
   cluster.close_timeout = 60s;  // the old close waited this long, then named no cause
   across_ranks(
       g,
       [&](mpi::DistributedSession& s) {
-        auto who = s.run({}, {pid}, {}, bounded());
-        ASSERT_THAT(who, IsOk());
-        const auto worker = static_cast<pid_t>((*who)[0].scalar<int64_t>());
+        const pid_t worker = w.worker_pid(s);
+        ASSERT_GT(worker, 0);
         // The worker stops inside this step; the call returns when the
         // heartbeat finds it silent.
         auto r = s.run({{x, Tensor(1.0f)}}, {stops});
