@@ -12,6 +12,7 @@
 #include <chrono>
 #include <cstring>
 #include <functional>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -377,8 +378,8 @@ TEST_F(MpiTest, BadAttributesAreInvalidArgumentNamingTheNode) {
 }
 
 // Rank 0 waits for peers that never come: its deadline ends the step, and
-// close() ends another that waits. The other ranks skip the key, so the
-// messages rank 0 sent stay unmatched (harmless: no later key uses them).
+// close() ends another that waits. The other ranks never run the key:
+// they learn that rank 0 gave up each invocation, and receive what it sent.
 TEST_F(MpiTest, ADeadlineOrCloseEndsAStepWaitingForPeersSkippedOnOneRank) {
   if (size() == 1) GTEST_SKIP() << "needs two ranks";
   if (rank() != 0) return;
@@ -400,6 +401,110 @@ TEST_F(MpiTest, ADeadlineOrCloseEndsAStepWaitingForPeersSkippedOnOneRank) {
   std::this_thread::sleep_for(50ms);
   ASSERT_THAT(s->close(), IsOk());
   EXPECT_THAT(pending.get(), StatusIs(StatusCode::kCancelled, "closed"));
+}
+
+// A collective key's invocations pair across ranks in order. When a rank
+// gives up an invocation (its deadline) that another rank never ran, the
+// others learn of it and skip it, so the ranks' next invocations meet
+// again (the counts once stayed one apart for good: every later step
+// waited for its deadline on every rank).
+TEST_F(MpiTest, AnInvocationOneRankSkippedIsSkippedByAllAfterAPeersDeadlineSkippedOnOneRank) {
+  if (size() == 1) GTEST_SKIP() << "needs two ranks";
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+  Output sum = ops::AllReduce(g, x, mpi::Reduction::kSum, "skipped_once");
+  auto s = session_with_threads(g);
+  const int skipper = size() - 1;
+  if (rank() != skipper) {
+    RunOptions short_deadline;
+    short_deadline.timeout = 300ms;
+    auto out = s->run({{x, Tensor(1.0f)}}, {sum}, {}, short_deadline);
+    // The first rank to reach its deadline gives up; a rank that waited
+    // with it may learn of that before its own deadline.
+    ASSERT_FALSE(out.is_ok());
+    EXPECT_TRUE(out.status().code() == StatusCode::kDeadlineExceeded ||
+                out.status().code() == StatusCode::kAborted)
+        << out.status().to_string();
+  }
+  barrier();
+  std::this_thread::sleep_for(200ms);  // the notices of the given-up invocation arrive
+  const float expected = static_cast<float>(size() * (size() + 1) / 2);
+  // Past the invocation whose tag is the given-up one's again (tags hold
+  // 10 bits of the number): what rank 0 sent for it was received then and
+  // there, or it would meet that later invocation.
+  for (int step = 0; step < 1030; ++step) {
+    auto out = s->run({{x, Tensor(static_cast<float>(rank() + 1))}}, {sum}, {}, bounded());
+    ASSERT_THAT(out, IsOk()) << "rank " << rank() << " step " << step;
+    EXPECT_EQ((*out)[0].scalar<float>(), expected) << "rank " << rank() << " step " << step;
+  }
+}
+
+// A rank that comes to an invocation after a peer gave up on it (past the
+// peer's deadline) skips it and meets the peer's next invocation; the
+// invocation it would have joined is not left half done on either side.
+TEST_F(MpiTest, ARankLatePastAPeersDeadlineMeetsItsNextInvocationSkippedOnOneRank) {
+  if (size() == 1) GTEST_SKIP() << "needs two ranks";
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{2}, "x");
+  Output sum = ops::AllReduce(g, x, mpi::Reduction::kSum, "late_once");
+  auto s = session_with_threads(g);
+  const int late = 1;
+  const float expected = static_cast<float>(size() * (size() + 1) / 2);
+  auto mine = [&] {
+    const auto v = static_cast<float>(rank() + 1);
+    return Tensor{v, 2 * v};
+  };
+  if (rank() == late) {
+    std::this_thread::sleep_for(1s);  // the others' first step has ended by now
+    auto out = s->run({{x, mine()}}, {sum}, {}, bounded());
+    ASSERT_THAT(out, IsOk());
+    EXPECT_TRUE((*out)[0].equals(Tensor{expected, 2 * expected})) << (*out)[0].to_string();
+  } else {
+    RunOptions short_deadline;
+    short_deadline.timeout = 300ms;
+    auto first = s->run({{x, Tensor{-100.0f, -100.0f}}}, {sum}, {}, short_deadline);
+    ASSERT_FALSE(first.is_ok());
+    auto second = s->run({{x, mine()}}, {sum}, {}, bounded());
+    ASSERT_THAT(second, IsOk()) << "rank " << rank();
+    EXPECT_TRUE((*second)[0].equals(Tensor{expected, 2 * expected})) << (*second)[0].to_string();
+  }
+  barrier();
+  auto together = s->run({{x, mine()}}, {sum}, {}, bounded());
+  ASSERT_THAT(together, IsOk()) << "rank " << rank();
+  EXPECT_TRUE((*together)[0].equals(Tensor{expected, 2 * expected}));
+}
+
+// Deadlines that end invocations at every point of their exchange, on
+// every rank (a rank given up in its headers' round while a peer, already
+// past it, sent its tensor; one that gave up after sending its own): once
+// the ranks have learned of every given-up invocation, their next ones meet,
+// and none meets a message left from those (run past the point where the
+// tags repeat).
+TEST_F(MpiTest, RacingDeadlinesLeaveTheRanksAlignedAndNoMessageBehindSkippedOnOneRank) {
+  if (size() == 1) GTEST_SKIP() << "needs two ranks";
+  Graph g;
+  Output x = ops::Placeholder(g, DType::kFloat32, Shape{2048}, "x");
+  Output sum = ops::AllReduce(g, x, mpi::Reduction::kSum, "racing");
+  auto s = session_with_threads(g);
+  const Tensor ones = Tensor::filled<float>(Shape{2048}, 1.0f);
+  std::mt19937 random(static_cast<unsigned>(rank() * 7919 + 1));
+  int failed = 0;
+  for (int step = 0; step < 300; ++step) {
+    std::this_thread::sleep_for(std::chrono::microseconds(random() % 3000));
+    RunOptions racing;
+    racing.timeout = std::chrono::milliseconds(1 + random() % 3);
+    if (!s->run({{x, ones}}, {sum}, {}, racing).is_ok()) ++failed;
+  }
+  barrier();
+  std::this_thread::sleep_for(300ms);  // every notice has arrived
+  const Tensor expected = Tensor::filled<float>(Shape{2048}, static_cast<float>(size()));
+  for (int step = 0; step < 1400; ++step) {
+    auto out = s->run({{x, ones}}, {sum}, {}, bounded());
+    ASSERT_THAT(out, IsOk()) << "rank " << rank() << " step " << step << " (" << failed
+                             << " of the racing steps failed)";
+    ASSERT_TRUE((*out)[0].equals(expected)) << "rank " << rank() << " step " << step;
+  }
+  RecordProperty("racing_steps_failed", failed);
 }
 
 // Data parallelism: each rank holds its own shard of a least-squares

@@ -19,16 +19,38 @@
 // invocation. Every rank adds in rank order, so all get the same bits. That costs
 // (ranks - 1) copies of the tensor per rank: fine for the few ranks of one
 // machine, and the place for a ring algorithm when bandwidth matters.
+//
+// Given-up invocations. A rank that ends an invocation without completing
+// it (its step's deadline, a stop, close()) tells every other rank, on the
+// control communicator, which invocation it gave up and what it had sent
+// that rank (its header, its tensor's bytes). A rank that has not started
+// that invocation skips it (its next invocation of the key takes the
+// number after), so the ranks' next invocations meet again; a rank running
+// it ends it too (Aborted, naming the rank); and every rank receives what
+// the others sent it for that invocation and it did not receive (it
+// cancels its own receives as it gives up, and learns from their statuses
+// what came), so that no message stays behind for a later invocation of
+// the same tag. A rank that completed the invocation answers with what it
+// sent. Without this, one rank's given-up invocation left the key's counts
+// one apart for good, and every later step waited for its deadline.
 #include <graphrun/mpi.h>
 #include <mpi.h>
 
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
+#include <atomic>
 #include <cstdint>
 #include <cstring>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <span>
 #include <string>
 #include <type_traits>
+#include <unordered_map>
+#include <vector>
 
 #include "scheduler/mpi/src/engine.h"
 #include "scheduler/mpi/src/wire.h"
@@ -66,11 +88,305 @@ using internal::Header;
 using internal::header_of;
 using internal::shape_of;
 
+// What one rank sent another for one invocation.
+struct Sent {
+  bool header = false;
+  int64_t payload = -1;  // the tensor's bytes, or -1 for none
+};
+// What one rank received from another for one invocation it gave up.
+struct Got {
+  bool header = false;
+  bool payload = false;
+};
+
+// A rank's word to another about one invocation: it gave it up, or (the
+// answer to a rank that gave it up) it completed it; and what it had sent
+// the receiver.
+struct Notice {
+  uint64_t key_hash = 0;
+  uint64_t invocation = 0;
+  int64_t payload = -1;  // Sent::payload
+  int32_t from = 0;
+  uint8_t header = 0;  // Sent::header
+  uint8_t gave_up = 0;
+  char why[198] = {};  // why it gave up, cut to fit
+};
+
+// The notices' tag on the control communicator (control.h uses 1 and 2,
+// engine.cc's farewell 3).
+constexpr int kNoticeTag = 4;
+// A given-up invocation's record is kept this long (in invocations of its
+// key): a tag repeats after 2^kInvocationBits.
+constexpr uint64_t kRecordSpan = uint64_t{1} << (internal::kInvocationBits - 1);
+// Completed invocations whose sends a rank can still describe.
+constexpr std::size_t kRecent = 64;
+
+// An invocation in progress on this rank: a peer's notice stops it.
+struct Slot {
+  std::atomic<bool> aborted{false};
+  Status why;  // written once, before `aborted` is set
+};
+
+// One notice to one rank.
+class NoticeSend final : public internal::Operation {
+ public:
+  NoticeSend(const Notice& notice, int dest, MPI_Comm comm)
+      : notice_(notice), dest_(dest), comm_(comm) {}
+  bool advance(internal::Round& round) override {
+    if (posted_) return true;
+    posted_ = true;
+    return !round.send(&notice_, sizeof(Notice), dest_, kNoticeTag, comm_).is_ok();
+  }
+  bool stopped() const override { return false; }
+  void abandon(Status /*why*/) override {}
+
+ private:
+  const Notice notice_;
+  const int dest_;
+  const MPI_Comm comm_;
+  bool posted_ = false;
+};
+
+// Receives what a peer sent for an invocation this rank did not complete,
+// and drops it.
+class Drain final : public internal::Operation {
+ public:
+  Drain(int peer, int tag, MPI_Comm comm, bool header, int64_t payload)
+      : peer_(peer), tag_(tag), comm_(comm), header_(header), payload_(payload) {}
+  bool advance(internal::Round& round) override {
+    if (posted_) return true;
+    posted_ = true;
+    // In the order the peer sent them: MPI matches a peer's messages of one
+    // tag in order.
+    if (header_) {
+      header_bytes_.resize(sizeof(CollectiveHeader));
+      if (!round.recv(header_bytes_.data(), header_bytes_.size(), peer_, tag_, comm_).is_ok()) {
+        return true;
+      }
+    }
+    if (payload_ >= 0) {
+      payload_bytes_.resize(
+          static_cast<std::size_t>(std::min<int64_t>(payload_, std::numeric_limits<int>::max())));
+      static_cast<void>(
+          round.recv(payload_bytes_.data(), payload_bytes_.size(), peer_, tag_, comm_));
+    }
+    return round.empty();
+  }
+  bool stopped() const override { return false; }
+  void abandon(Status /*why*/) override {}
+
+ private:
+  const int peer_;
+  const int tag_;
+  const MPI_Comm comm_;
+  const bool header_;
+  const int64_t payload_;
+  bool posted_ = false;
+  std::vector<char> header_bytes_;
+  std::vector<char> payload_bytes_;
+};
+
+// The collectives' invocation numbers, and what the ranks owe each other
+// for the invocations some rank gave up. One per World.
+// Thread safety: every member is thread-safe.
+class Book {
+ public:
+  Book(internal::Engine& engine, int rank, int size) : engine_(engine), rank_(rank), size_(size) {}
+
+  // The number of this rank's next invocation of `key`: the next one no
+  // peer gave up before it started here. `slot` is how a peer's notice
+  // stops it.
+  uint64_t begin(uint64_t key, std::shared_ptr<Slot> slot) {
+    const std::lock_guard lock(mu_);
+    Key& k = keys_[key];
+    uint64_t n = k.next++;
+    while (k.records.contains(n)) n = k.next++;  // given up by a peer before it started here
+    while (!k.records.empty() && k.records.begin()->first + kRecordSpan < n) {
+      k.records.erase(k.records.begin());
+    }
+    k.live.emplace(n, std::move(slot));
+    return n;
+  }
+
+  // Invocation `n` ended here having sent `sent` (indexed by rank): the
+  // peers that gave it up learn what to receive.
+  void completed(uint64_t key, uint64_t n, std::span<const Sent> sent) {
+    const std::lock_guard lock(mu_);
+    Key& k = keys_[key];
+    k.live.erase(n);
+    Recent& recent = k.recent[n % kRecent];
+    recent.n = n;
+    recent.sent.assign(sent.begin(), sent.end());  // no allocation once its slot was used
+    auto it = k.records.find(n);
+    if (it == k.records.end()) return;
+    for (const Notice& from : it->second.pending) {
+      if (from.gave_up != 0) tell(key, n, from.from, sent[from.from], false, {});
+    }
+    k.records.erase(it);  // everything the peers sent came
+  }
+
+  // This rank gave up invocation `n` (`why`) having sent `sent`: every
+  // peer learns of it.
+  void gave_up(uint64_t key, uint64_t n, std::span<const Sent> sent, const Status& why) {
+    const std::lock_guard lock(mu_);
+    Key& k = keys_[key];
+    k.live.erase(n);
+    Record& r = k.records[n];
+    if (r.told) return;
+    r.told = true;
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer != rank_) tell(key, n, peer, sent[static_cast<std::size_t>(peer)], true, why);
+    }
+  }
+
+  // What this rank received for the invocation it gave up is known: what
+  // else the peers sent it can be received.
+  void resolved(uint64_t key, uint64_t n, std::vector<Got> got) {
+    const std::lock_guard lock(mu_);
+    Key& k = keys_[key];
+    auto it = k.records.find(n);
+    if (it == k.records.end()) return;
+    Record& r = it->second;
+    r.resolved = true;
+    r.got = std::move(got);
+    for (const Notice& notice : r.pending) drain(key, n, r.got[notice.from], notice);
+    r.pending.clear();
+  }
+
+  // A peer's notice, on the progress thread.
+  void noticed(const Notice& notice) {
+    if (notice.from < 0 || notice.from >= size_ || notice.from == rank_) return;
+    const std::lock_guard lock(mu_);
+    const uint64_t key = notice.key_hash;
+    const uint64_t n = notice.invocation;
+    Key& k = keys_[key];
+    if (auto live = k.live.find(n); live != k.live.end()) {
+      if (notice.gave_up != 0) {
+        Slot& slot = *live->second;
+        if (!slot.aborted.load(std::memory_order_relaxed)) {
+          slot.why = aborted(
+              "rank {} gave up invocation {} of this collective ({}): it ends on every rank, and "
+              "the ranks' next invocations meet",
+              notice.from, n, std::string_view(notice.why, strnlen(notice.why, sizeof notice.why)));
+          slot.aborted.store(true, std::memory_order_release);
+        }
+      }
+      k.records[n].pending.push_back(notice);
+      return;
+    }
+    if (auto it = k.records.find(n); it != k.records.end()) {
+      if (it->second.resolved) {
+        drain(key, n, it->second.got[notice.from], notice);
+      } else {
+        it->second.pending.push_back(notice);
+      }
+      return;
+    }
+    if (notice.gave_up == 0) return;  // an answer to a record since forgotten
+    if (n >= k.next) {
+      // Not started here: skipped, and what the peer sent is received.
+      Record& r = k.records[n];
+      r.resolved = true;
+      r.told = true;
+      r.got.assign(static_cast<std::size_t>(size_), Got{});
+      const Status why = aborted("rank {} had not started it", rank_);
+      for (int peer = 0; peer < size_; ++peer) {
+        if (peer != rank_) tell(key, n, peer, Sent{}, true, why);
+      }
+      drain(key, n, Got{}, notice);
+      return;
+    }
+    // Completed here: the peer learns what this rank sent it.
+    const Recent& recent = k.recent[n % kRecent];
+    if (recent.n == n && !recent.sent.empty()) {
+      tell(key, n, notice.from, recent.sent[static_cast<std::size_t>(notice.from)], false, {});
+    }
+  }
+
+ private:
+  struct Record {
+    bool resolved = false;  // `got` is known
+    bool told = false;      // this rank's notices went
+    std::vector<Got> got;   // by rank
+    std::vector<Notice> pending;
+  };
+  struct Recent {
+    uint64_t n = std::numeric_limits<uint64_t>::max();
+    std::vector<Sent> sent;
+  };
+  struct Key {
+    uint64_t next = 0;
+    std::unordered_map<uint64_t, std::shared_ptr<Slot>> live;
+    std::map<uint64_t, Record> records;  // invocations given up here or by a peer
+    std::array<Recent, kRecent> recent;
+  };
+
+  void tell(uint64_t key, uint64_t n, int peer, const Sent& sent, bool gave_up, const Status& why) {
+    Notice notice;
+    notice.key_hash = key;
+    notice.invocation = n;
+    notice.payload = sent.payload;
+    notice.from = rank_;
+    notice.header = sent.header ? 1 : 0;
+    notice.gave_up = gave_up ? 1 : 0;
+    const std::string text = why.message();
+    std::memcpy(notice.why, text.data(), std::min(text.size(), sizeof notice.why - 1));
+    engine_.submit(std::make_unique<NoticeSend>(notice, peer, engine_.control_comm()));
+  }
+
+  // Receives what `notice`'s sender sent this rank for `n` beyond `got`.
+  void drain(uint64_t key, uint64_t n, const Got& got, const Notice& notice) {
+    const bool header = notice.header != 0 && !got.header;
+    const int64_t payload = got.payload ? -1 : notice.payload;
+    if (!header && payload < 0) return;
+    engine_.submit(std::make_unique<Drain>(notice.from, internal::tag_of(key, n), engine_.comm(),
+                                           header, payload));
+  }
+
+  internal::Engine& engine_;
+  const int rank_;
+  const int size_;
+  std::mutex mu_;
+  std::unordered_map<uint64_t, Key> keys_;  // guarded by mu_
+};
+
+// Receives the peers' notices, for as long as the engine runs.
+class NoticeReceive final : public internal::Operation {
+ public:
+  NoticeReceive(std::shared_ptr<Book> book, MPI_Comm comm) : book_(std::move(book)), comm_(comm) {}
+  bool advance(internal::Round& round) override {
+    if (posted_) book_->noticed(notice_);
+    posted_ = true;
+    return !round.recv(&notice_, sizeof(Notice), MPI_ANY_SOURCE, kNoticeTag, comm_).is_ok();
+  }
+  bool stopped() const override { return false; }
+  void abandon(Status /*why*/) override {}
+
+ private:
+  std::shared_ptr<Book> book_;
+  const MPI_Comm comm_;
+  Notice notice_;
+  bool posted_ = false;
+};
+
+std::mutex g_book_mu;
+std::shared_ptr<Book> g_book;  // guarded by g_book_mu: the live World's
+
+std::shared_ptr<Book> book() {
+  const std::lock_guard lock(g_book_mu);
+  return g_book;
+}
+
 class Collective final : public internal::KernelOperation {
  public:
   Collective(Kind kind, Reduction reduction, int root, const World& world, MPI_Comm comm,
-             OpKernelContext& ctx, AsyncOpKernel::Done done, uint64_t key_hash, uint64_t invocation)
+             OpKernelContext& ctx, AsyncOpKernel::Done done, uint64_t key_hash, uint64_t invocation,
+             std::shared_ptr<Book> book, std::shared_ptr<Slot> slot)
       : KernelOperation(ctx, std::move(done)),
+        book_(std::move(book)),
+        slot_(std::move(slot)),
+        key_hash_(key_hash),
+        invocation_(invocation),
         kind_(kind),
         reduction_(reduction),
         root_(root),
@@ -81,7 +397,9 @@ class Collective final : public internal::KernelOperation {
         tag_(internal::tag_of(key_hash, invocation)),
         headers_(static_cast<std::size_t>(size_)),
         parts_(static_cast<std::size_t>(size_)),
-        drains_(static_cast<std::size_t>(size_)) {
+        drains_(static_cast<std::size_t>(size_)),
+        sent_(static_cast<std::size_t>(size_)),
+        received_at_(static_cast<std::size_t>(size_), kNone) {
     mine_.tensor = header_of(input_, key_hash, invocation);
     mine_.kind = static_cast<uint32_t>(kind);
     mine_.reduction = kind == Kind::kAllReduce ? static_cast<uint32_t>(reduction) : 0;
@@ -92,22 +410,81 @@ class Collective final : public internal::KernelOperation {
     switch (stage_) {
       case 0:
         stage_ = 1;
-        if (Status s = post_headers(round); !s.is_ok()) return finish(std::move(s));
+        if (Status s = post_headers(round); !s.is_ok()) return end(std::move(s));
         if (!round.empty()) return false;
         [[fallthrough]];
       case 1:
         stage_ = 2;
         status_ = check_headers();
         // A mismatch is found on every rank: none sends its bytes.
-        if (!status_.is_ok()) return finish(status_);
-        if (Status s = post_payloads(round); !s.is_ok()) return finish(std::move(s));
+        if (!status_.is_ok()) return end(status_);
+        if (Status s = post_payloads(round); !s.is_ok()) return end(std::move(s));
         if (!round.empty()) return false;
         [[fallthrough]];
-      default: return finish(status_.is_ok() ? produce() : status_);
+      default: return end(status_.is_ok() ? produce() : status_);
     }
   }
 
+  bool stopped() const override {
+    return KernelOperation::stopped() || slot_->aborted.load(std::memory_order_acquire);
+  }
+
+  // Given up (a stop, a peer's notice): the peers learn what this rank
+  // sent them; what it received is known once its receives are cancelled.
+  void abandon(Status why) override {
+    if (slot_->aborted.load(std::memory_order_acquire)) why = slot_->why;
+    gave_up_ = true;
+    book_->gave_up(key_hash_, invocation_, sent_, why);
+    static_cast<void>(finish(std::move(why)));
+  }
+
+  void after_drain(std::span<const MPI_Status> statuses) override {
+    if (!gave_up_) return;
+    std::vector<Got> got(static_cast<std::size_t>(size_));
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      Got& g = got[static_cast<std::size_t>(peer)];
+      const std::size_t at = received_at_[static_cast<std::size_t>(peer)];
+      bool arrived = false;
+      if (at < statuses.size()) {
+        int cancelled = 0;
+        MPI_Test_cancelled(&statuses[at], &cancelled);
+        arrived = cancelled == 0;
+      }
+      // Round 2 went out after every header had come.
+      g.header = stage_ == 2 || (stage_ == 1 && arrived);
+      g.payload = stage_ == 2 && arrived;
+    }
+    book_->resolved(key_hash_, invocation_, std::move(got));
+  }
+
  private:
+  static constexpr std::size_t kNone = std::numeric_limits<std::size_t>::max();
+
+  // Ends the invocation here (completed, or failed alike on every rank).
+  bool end(Status s) {
+    book_->completed(key_hash_, invocation_, sent_);
+    return finish(std::move(s));
+  }
+
+  // Posts into `round`, keeping count of what went to whom.
+  Status send(internal::Round& round, const void* data, std::size_t bytes, int peer, bool header) {
+    GRAPHRUN_RETURN_IF_ERROR(round.send(data, bytes, peer, tag_, comm_));
+    ++posted_;
+    Sent& sent = sent_[static_cast<std::size_t>(peer)];
+    if (header) {
+      sent.header = true;
+    } else {
+      sent.payload = static_cast<int64_t>(bytes);
+    }
+    return Status::ok();
+  }
+  Status receive(internal::Round& round, void* data, std::size_t bytes, int peer) {
+    GRAPHRUN_RETURN_IF_ERROR(round.recv(data, bytes, peer, tag_, comm_));
+    received_at_[static_cast<std::size_t>(peer)] = posted_++;
+    return Status::ok();
+  }
+
   bool sends_to(int peer) const {
     return peer != rank_ && (kind_ != Kind::kBroadcast || rank_ == root_);
   }
@@ -122,11 +499,12 @@ class Collective final : public internal::KernelOperation {
   // (sending the bytes in round 1 would make each rank's round 1 wait for
   // the other's round 2).
   Status post_headers(internal::Round& round) {
+    posted_ = 0;
     for (int peer = 0; peer < size_; ++peer) {
       if (peer == rank_) continue;
-      GRAPHRUN_RETURN_IF_ERROR(round.send(&mine_, sizeof(CollectiveHeader), peer, tag_, comm_));
-      GRAPHRUN_RETURN_IF_ERROR(round.recv(&headers_[static_cast<std::size_t>(peer)],
-                                          sizeof(CollectiveHeader), peer, tag_, comm_));
+      GRAPHRUN_RETURN_IF_ERROR(send(round, &mine_, sizeof(CollectiveHeader), peer, true));
+      GRAPHRUN_RETURN_IF_ERROR(receive(round, &headers_[static_cast<std::size_t>(peer)],
+                                       sizeof(CollectiveHeader), peer));
     }
     return Status::ok();
   }
@@ -181,10 +559,11 @@ class Collective final : public internal::KernelOperation {
   // The peers' tensors, into buffers of their own (kept until the last
   // receive is over, also when the operation is abandoned).
   Status post_payloads(internal::Round& round) {
+    posted_ = 0;
+    std::fill(received_at_.begin(), received_at_.end(), kNone);
     for (int peer = 0; peer < size_; ++peer) {
       if (sends_to(peer)) {
-        GRAPHRUN_RETURN_IF_ERROR(
-            round.send(input_.raw_data(), input_.byte_size(), peer, tag_, comm_));
+        GRAPHRUN_RETURN_IF_ERROR(send(round, input_.raw_data(), input_.byte_size(), peer, false));
       }
       if (!receives_from(peer)) continue;
       const Header& h = headers_[static_cast<std::size_t>(peer)].tensor;
@@ -192,13 +571,13 @@ class Collective final : public internal::KernelOperation {
       if (part.is_ok()) {
         parts_[static_cast<std::size_t>(peer)] = std::move(*part);
         Tensor& t = parts_[static_cast<std::size_t>(peer)];
-        GRAPHRUN_RETURN_IF_ERROR(round.recv(t.raw_data(), t.byte_size(), peer, tag_, comm_));
+        GRAPHRUN_RETURN_IF_ERROR(receive(round, t.raw_data(), t.byte_size(), peer));
       } else {
         // Received anyway, so that the peer's send completes.
         if (status_.is_ok()) status_ = internal_error("rank {} sent a malformed header", peer);
         std::vector<char>& drain = drains_[static_cast<std::size_t>(peer)];
         drain.resize(static_cast<std::size_t>(std::min<uint64_t>(h.bytes, INT32_MAX)));
-        GRAPHRUN_RETURN_IF_ERROR(round.recv(drain.data(), drain.size(), peer, tag_, comm_));
+        GRAPHRUN_RETURN_IF_ERROR(receive(round, drain.data(), drain.size(), peer));
       }
     }
     return Status::ok();
@@ -250,6 +629,10 @@ class Collective final : public internal::KernelOperation {
     });
   }
 
+  std::shared_ptr<Book> book_;
+  std::shared_ptr<Slot> slot_;
+  const uint64_t key_hash_;
+  const uint64_t invocation_;
   const Kind kind_;
   const Reduction reduction_;
   const int root_;
@@ -258,40 +641,45 @@ class Collective final : public internal::KernelOperation {
   const MPI_Comm comm_;
   const Tensor input_;  // keeps the sent bytes alive
   const int tag_;
-  int stage_ = 0;
+  int stage_ = 0;  // 1: the headers' round is out, 2: the tensors'
   Status status_;
   CollectiveHeader mine_;
   std::vector<CollectiveHeader> headers_;
   std::vector<Tensor> parts_;
   std::vector<std::vector<char>> drains_;
+  std::vector<Sent> sent_;                // by rank
+  std::vector<std::size_t> received_at_;  // by rank: its receive's place in the round out
+  std::size_t posted_ = 0;                // requests in the round out
+  bool gave_up_ = false;
 };
 
 class CollectiveKernel final : public AsyncOpKernel {
  public:
-  CollectiveKernel(std::shared_ptr<World> world, Kind kind, Reduction reduction, int root,
-                   uint64_t key_hash)
+  CollectiveKernel(std::shared_ptr<World> world, std::shared_ptr<Book> book, Kind kind,
+                   Reduction reduction, int root, uint64_t key_hash)
       : world_(std::move(world)),
+        book_(std::move(book)),
         kind_(kind),
         reduction_(reduction),
         root_(root),
-        key_hash_(key_hash),
-        counter_(world_->invocation_counter(key_hash)) {}
+        key_hash_(key_hash) {}
 
   void compute_async(OpKernelContext& ctx, Done done) override {
-    const uint64_t invocation = counter_.fetch_add(1, std::memory_order_relaxed);
-    world_->engine().start(
-        std::make_unique<Collective>(kind_, reduction_, root_, *world_, world_->engine().comm(),
-                                     ctx, std::move(done), key_hash_, invocation),
-        &ctx);
+    auto slot = std::make_shared<Slot>();
+    const uint64_t invocation = book_->begin(key_hash_, slot);
+    world_->engine().start(std::make_unique<Collective>(
+                               kind_, reduction_, root_, *world_, world_->engine().comm(), ctx,
+                               std::move(done), key_hash_, invocation, book_, std::move(slot)),
+                           &ctx);
   }
 
  private:
   std::shared_ptr<World> world_;  // the progress thread outlives every kernel
+  std::shared_ptr<Book> book_;    // the key's invocations in this process
   const Kind kind_;
   const Reduction reduction_;
   const int root_;
   const uint64_t key_hash_;
-  std::atomic<uint64_t>& counter_;  // the key's invocations in this process
 };
 
 Result<std::unique_ptr<OpKernel>> make_kernel(OpKernelConstruction& c, Kind kind) {
@@ -325,7 +713,12 @@ Result<std::unique_ptr<OpKernel>> make_kernel(OpKernelConstruction& c, Kind kind
     }
     root = static_cast<int>(r);
   }
-  return std::make_unique<CollectiveKernel>(std::move(world), kind, reduction, root, hash);
+  std::shared_ptr<Book> book = mpi::book();
+  if (book == nullptr) {
+    return failed_precondition("{} needs graphrun::mpi::World::init() first", node.describe());
+  }
+  return std::make_unique<CollectiveKernel>(std::move(world), std::move(book), kind, reduction,
+                                            root, hash);
 }
 
 Status gather_shape(InferenceContext& ic) {
@@ -371,6 +764,19 @@ Output collective_node(Graph& g, std::string_view op, Output x, AttrMap attrs,
 }
 
 }  // namespace
+
+namespace internal {
+
+void open_collective_book(World& world) {
+  auto book = std::make_shared<Book>(world.engine(), world.rank(), world.size());
+  if (world.size() > 1) {
+    world.engine().submit(std::make_unique<NoticeReceive>(book, world.engine().control_comm()));
+  }
+  const std::lock_guard lock(g_book_mu);
+  g_book = std::move(book);
+}
+
+}  // namespace internal
 
 void register_ops(OpRegistry& registry) {
   internal::register_transfer_ops(registry);

@@ -283,7 +283,12 @@ void Engine::cancel_receives(Round& round) {
 void Engine::drop(Active& a, Status why) {
   cancel_receives(a.round);
   a.op->abandon(std::move(why));
-  if (!a.round.empty()) draining_.push_back(std::move(a));
+  if (a.round.empty()) {
+    a.op->after_drain({});
+  } else {
+    a.abandoned = true;
+    draining_.push_back(std::move(a));
+  }
 }
 
 void Engine::drain(Active& a) {
@@ -292,9 +297,17 @@ void Engine::drain(Active& a) {
 }
 
 void Engine::test_draining() {
+  std::vector<MPI_Status> statuses;
   for (std::size_t k = 0; k < draining_.size();) {
-    bool done = false;
-    if (!test(draining_[k].round, done).is_ok() || done) {
+    Round& round = draining_[k].round;
+    statuses.resize(round.size());
+    int flag = 0;
+    const int rc =
+        MPI_Testall(static_cast<int>(round.size()), round.requests(), &flag, statuses.data());
+    if (rc == MPI_SUCCESS && flag != 0 && draining_[k].abandoned) {
+      draining_[k].op->after_drain(statuses);
+    }
+    if (rc != MPI_SUCCESS || flag != 0) {
       if (k + 1 != draining_.size()) draining_[k] = std::move(draining_.back());
       draining_.pop_back();
     } else {
@@ -376,17 +389,21 @@ void Engine::loop() {
   // The end: what still waits is abandoned, then its sends get a moment.
   for (Active& a : active_) drop(a, cancelled("the MPI world was shut down"));
   active_.clear();
+  // Taken out of the queue first: an operation abandoned here may submit
+  // others (a collective's notices), which then go unsent.
+  std::deque<Active> left;
   {
     const std::lock_guard lock(mu_);
-    for (Active& a : queue_) {
-      if (a.finished) {
-        drain(a);
-      } else {
-        drop(a, cancelled("the MPI world was shut down"));
-      }
-    }
-    queue_.clear();
+    left.swap(queue_);
   }
+  for (Active& a : left) {
+    if (a.finished) {
+      drain(a);
+    } else {
+      drop(a, cancelled("the MPI world was shut down"));
+    }
+  }
+  left.clear();
   const auto give_up = std::chrono::steady_clock::now() + kDrainAtEnd;
   while (!draining_.empty() && std::chrono::steady_clock::now() < give_up) {
     test_draining();

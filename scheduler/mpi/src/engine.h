@@ -17,6 +17,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <thread>
 #include <vector>
 
@@ -89,6 +90,11 @@ class Operation {
   // end); called once, instead of finishing. The object stays alive until
   // its sends complete.
   virtual void abandon(Status why) = 0;
+  // After abandon(), once every request of the round that was out has
+  // completed (its receives cancelled or received), with their statuses
+  // in the order they were posted (empty if none was out). Not called when
+  // MPI fails; at the engine's end, what it submits goes unsent.
+  virtual void after_drain(std::span<const MPI_Status> /*statuses*/) {}
 };
 
 // An operation that ends an asynchronous kernel: it holds the step's
@@ -155,7 +161,8 @@ class Engine {
   struct Active {
     std::unique_ptr<Operation> op;
     Round round;
-    bool finished = false;  // done was called; only the round is left
+    bool finished = false;   // done was called; only the round is left
+    bool abandoned = false;  // after_drain is due once the round completes
   };
   class Lent;
   // One test of `a` on a kernel's or a waiting thread, advancing it if its

@@ -127,6 +127,11 @@ Result<Tensor> tensor_for(const Header& h);
 // node and World::init().
 Result<std::shared_ptr<World>> world_for(const Node& node);
 
+// Starts the collectives' bookkeeping of `world` (collectives.cc): its
+// receive of the other ranks' notices of given-up invocations. Called by
+// World::init once its engine runs.
+void open_collective_book(World& world);
+
 // Registers MpiSend and MpiRecv (send_recv.cc).
 void register_transfer_ops(OpRegistry& registry);
 

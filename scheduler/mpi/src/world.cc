@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "scheduler/mpi/src/engine.h"
+#include "scheduler/mpi/src/wire.h"
 
 namespace graphrun::mpi {
 
@@ -93,6 +94,7 @@ Result<std::shared_ptr<World>> World::init(int* argc, char*** argv) {
   world->engine_ =
       std::make_unique<internal::Engine>(comm, control, provided == MPI_THREAD_MULTIPLE);
   if (world->rank_ != 0) world->engine_->expect_farewell();
+  internal::open_collective_book(*world);
   register_ops(OpRegistry::global());
   g_world = world;
   return world;

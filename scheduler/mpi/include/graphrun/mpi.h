@@ -74,8 +74,10 @@ class World {
   /// The thread level MPI granted (MPI_THREAD_SERIALIZED or _MULTIPLE).
   int thread_level() const { return thread_level_; }
 
-  /// The next invocation number of collective `key` in this process: the
-  /// n-th invocation of a key on one rank meets the n-th on every other.
+  /// The next invocation number of `key` in this process, as Send and Recv
+  /// count their transfers: the n-th on one rank meets the n-th on every
+  /// other. (The collectives keep a count of their own, which skips the
+  /// invocations a peer gave up.)
   uint64_t next_invocation(uint64_t key_hash) {
     return invocation_counter(key_hash).fetch_add(1, std::memory_order_relaxed);
   }
@@ -330,7 +332,11 @@ namespace graphrun::ops {
 /// across ranks (an InvalidArgument on every rank names both otherwise).
 /// Ranks pair their invocations by `key` (default: the node's name), so
 /// independent collectives in one graph may become ready in any order on
-/// different ranks. float32/float64/int32/int64; kMean needs a float dtype.
+/// different ranks. An invocation one rank gives up (its step's deadline,
+/// a stop, close()) is skipped by the ranks that had not started it and
+/// ends Aborted on those running it, so the next invocations meet (this
+/// holds for Broadcast and AllGather too). float32/float64/int32/int64;
+/// kMean needs a float dtype.
 Output AllReduce(Graph& g, Output x, mpi::Reduction reduction = mpi::Reduction::kSum,
                  std::string_view name = {}, std::string_view key = {});
 /// Rank `root`'s `x` on every rank (the others' values are ignored; their
