@@ -212,7 +212,7 @@ void AsyncRun::finish() {
 
 void AsyncRun::complete(Result<std::vector<Tensor>> result) {
   RunDone done = std::move(done_);
-  call_done(done, std::move(result), metadata_ ? &*metadata_ : nullptr);
+  call_done(session_, done, std::move(result), metadata_ ? &*metadata_ : nullptr);
   SessionImpl* const session = session_;
   const std::size_t stripe = call_stripe_;
   delete this;  // ends the plan lease while the session is alive

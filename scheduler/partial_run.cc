@@ -446,7 +446,7 @@ class PartialRun::AsyncCall final : public QueuedCall {
     run_->end_if_failed();
     call_lock_.unlock();  // before done: it may call this run again
     RunDone done = std::move(done_);
-    call_done(done, std::move(result), metadata_ ? &*metadata_ : nullptr);
+    call_done(session_, done, std::move(result), metadata_ ? &*metadata_ : nullptr);
     SessionImpl* const session = session_;
     const std::size_t stripe = call_stripe_;
     delete this;
@@ -471,7 +471,14 @@ void PartialRun::count_down_awaited() {
 void PartialRun::call_async(const FeedList& feeds, const std::vector<TensorRef>& fetches,
                             const std::vector<TargetRef>& targets, const RunOptions& options,
                             RunDone done) {
-  auto fail = [&](const Status& why) { call_done(done, why, nullptr); };
+  auto fail = [&](const Status& why) {
+    const SessionImpl* session = nullptr;
+    {
+      const std::lock_guard lock(session_mu_);
+      session = session_;
+    }
+    call_done(session, done, why, nullptr);
+  };
   std::unique_lock<CallLock> call_lock;
   Result<SessionImpl*> locked = lock_for_call(call_lock);
   if (!locked.is_ok()) {

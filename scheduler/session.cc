@@ -2,6 +2,12 @@
 // sched::SessionImpl.
 #include <graphrun/session.h>
 
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <thread>
+
 #include "scheduler/partial_run.h"
 #include "scheduler/run_done.h"
 #include "scheduler/session_impl.h"
@@ -50,7 +56,61 @@ Result<std::unique_ptr<Session>> Session::create(Graph&& graph, SessionOptions o
 }
 
 Session::Session(std::unique_ptr<sched::SessionImpl> impl) : impl_(std::move(impl)) {}
-Session::~Session() = default;
+namespace {
+// Sessions destroyed inside one of their own dones (a done that held the
+// last reference): their destructor waits for the calls in flight, that
+// done's among them, so they end here, on a thread of their own, once it
+// has returned. The thread starts with the first such session and is
+// joined at exit, after the sessions it was given have ended.
+// Thread safety: thread-safe.
+class Reaper {
+ public:
+  static Reaper& get() {
+    static Reaper reaper;
+    return reaper;
+  }
+  void end(std::unique_ptr<sched::SessionImpl> session) {
+    const std::lock_guard lock(mu_);
+    queue_.push_back(std::move(session));
+    if (!thread_.joinable()) thread_ = std::thread([this] { loop(); });
+    cv_.notify_one();
+  }
+  ~Reaper() {
+    {
+      const std::lock_guard lock(mu_);
+      stopping_ = true;
+    }
+    cv_.notify_one();
+    if (thread_.joinable()) thread_.join();
+  }
+
+ private:
+  Reaper() = default;
+  void loop() {
+    std::unique_lock lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and every session has ended
+      std::unique_ptr<sched::SessionImpl> session = std::move(queue_.front());
+      queue_.pop_front();
+      lock.unlock();
+      session.reset();  // waits for the done that destroyed it to return
+      lock.lock();
+    }
+  }
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<std::unique_ptr<sched::SessionImpl>> queue_;  // guarded by mu_
+  bool stopping_ = false;                                  // guarded by mu_
+  std::thread thread_;
+};
+}  // namespace
+
+Session::~Session() {
+  // Inside one of its own dones, this thread's call is still in flight:
+  // waiting for it here would wait for ever.
+  if (impl_ != nullptr && sched::in_done_of(impl_.get())) Reaper::get().end(std::move(impl_));
+}
 
 Result<std::vector<Tensor>> Session::run(const FeedList& feeds,
                                          const std::vector<TensorRef>& fetches,
@@ -128,7 +188,7 @@ void Session::partial_run_async(PartialRunHandle& handle, const FeedList& feeds,
     misuse = invalid_argument("partial run {} does not belong to this session", handle.id());
   }
   if (!misuse.is_ok()) {
-    sched::call_done(done, misuse, nullptr);
+    sched::call_done(impl_.get(), done, misuse, nullptr);
     return;
   }
   handle.run_->call_async(feeds, fetches, targets, options, std::move(done));
@@ -205,7 +265,7 @@ void Callable::run_async(std::vector<Tensor> feeds, const RunOptions& options, R
   Status ok = session.check_open();
   if (ok.is_ok()) ok = sched::SessionImpl::check_feeds(*impl_->entry_->plan, feeds);
   if (!ok.is_ok()) {
-    sched::call_done(done, ok, nullptr);
+    sched::call_done(&session, done, ok, nullptr);
     return;
   }
   session.execute_async(*impl_->entry_, sched::PlanLease(), impl_->entry_, std::move(feeds),

@@ -709,7 +709,7 @@ void SessionImpl::run_async(const FeedList& feeds, const std::vector<TensorRef>&
                             const std::vector<TargetRef>& targets, const RunOptions& options,
                             RunDone done) {
   const CallScope call(this);
-  auto fail = [&](const Status& why) { call_done(done, why, nullptr); };
+  auto fail = [&](const Status& why) { call_done(this, done, why, nullptr); };
   if (Status open = check_open(); !open.is_ok()) return fail(open);
   Result<std::pair<Signature, PlanLease>> prepared =
       prepare(feeds, fetches, targets, /*partial=*/false);
@@ -731,7 +731,7 @@ void SessionImpl::execute_async(PlanEntry& entry, PlanLease lease,
     // A trace shows every node: the unfused twin runs instead.
     Result<PlanEntry*> twin = unfused_entry(entry);
     if (!twin.is_ok()) {
-      call_done(done, twin.status(), nullptr);
+      call_done(this, done, twin.status(), nullptr);
       return;
     }
     run_entry = *twin;

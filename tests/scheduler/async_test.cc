@@ -14,6 +14,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <future>
+#include <memory>
 #include <mutex>
 #include <stdexcept>
 #include <stop_token>
@@ -565,6 +566,61 @@ TEST(RunAsyncLifetimeTest, DestroyingTheSessionWaitsForPendingDones) {
   opener.join();
   EXPECT_EQ(calls.load(), 51);
   EXPECT_FALSE(seen_destroyed.load());
+}
+
+// A done may hold the last reference to its session and drop it (an
+// asynchronous pipeline that owns its session): the destructor, which
+// waits for the calls in flight and so for that very done, leaves the
+// session's end to a thread of its own (it once waited for ever). Both a
+// done on a pool thread (the step ran) and one on the calling thread (the
+// call failed before its step) may do so; the session then ends.
+TEST(RunAsyncLifetimeTest, ADoneMayDestroyItsOwnSession) {
+  for (const int threads : {1, 2}) {
+    for (const bool fails_early : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << threads << " threads, fails early: " << fails_early);
+      auto alive = std::make_shared<int>(0);
+      const std::weak_ptr<int> watch = alive;
+      auto holder = std::make_shared<std::unique_ptr<Session>>();
+      {
+        Graph g;  // the session keeps its own copy, the only one left
+        Output x = ops::Placeholder(g, DType::kFloat32, Shape{}, "x");
+        ops::Call(
+            g, {x}, {DType::kFloat32},
+            [alive](std::span<const Tensor> in) -> Result<std::vector<Tensor>> {
+              return std::vector<Tensor>{Tensor(in[0].scalar<float>() * 3.0f)};
+            },
+            {}, "triple");
+        *holder = session_with_threads(g, threads);
+      }
+      alive.reset();
+      std::promise<Fetched> result;
+      std::future<Fetched> future = result.get_future();
+      Session* session = holder->get();
+      const Tensor feed = fails_early ? Tensor(int32_t{2}) : Tensor(2.0f);
+      // By name: the Outputs' graph is gone.
+      session->run_async({{"x:0", feed}}, {"triple:0"}, {}, {},
+                         [holder, &result](Fetched r, RunMetadata*) {
+                           holder->reset();  // the last reference
+                           result.set_value(std::move(r));
+                         });
+      holder.reset();
+      ASSERT_EQ(future.wait_for(std::chrono::seconds(20)), std::future_status::ready)
+          << "the done still waits in the destructor of its own session";
+      Fetched r = future.get();
+      if (fails_early) {
+        EXPECT_THAT(r, StatusIs(StatusCode::kInvalidArgument, "x"));
+      } else {
+        ASSERT_THAT(r, IsOk());
+        EXPECT_EQ((*r)[0].scalar<float>(), 6.0f);
+      }
+      // The session, and with it its graph's callable, ends.
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (!watch.expired() && std::chrono::steady_clock::now() < give_up) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      EXPECT_TRUE(watch.expired()) << "the session was never destroyed";
+    }
+  }
 }
 
 TEST(RunAsyncLifetimeTest, ACallableMayGoBeforeItsDone) {

@@ -229,11 +229,12 @@ using FeedList = std::vector<Feed>;
 ///   returned; the thread that requested the stop, called close(), or the
 ///   session's timer thread, when a queued call gives up.
 /// - It never runs while the session holds a lock. It may call the session
-///   again (another async call, even a blocking one). It must not block for
-///   long (it may be holding a thread of the pool), must not throw, and
-///   must not destroy the session (the destructor waits for it). An
-///   exception it throws anyway is caught, reported on standard error and
-///   dropped; the call still ends cleanly.
+///   again (another async call, even a blocking one), and it may destroy the
+///   session (drop its last reference): the session then ends on a thread
+///   of graphrun's own once every call in flight, this one included, has
+///   returned. It must not block for long (it may be holding a thread of
+///   the pool) and must not throw. An exception it throws anyway is caught,
+///   reported on standard error and dropped; the call still ends cleanly.
 /// - Empty `done`: nothing is called (fire and forget).
 using RunDone = std::function<void(Result<std::vector<Tensor>> result, RunMetadata* metadata)>;
 

@@ -289,7 +289,7 @@ class Book {
       r.resolved = true;
       r.told = true;
       r.got.assign(static_cast<std::size_t>(size_), Got{});
-      const Status why = aborted("rank {} had not started it", rank_);
+      const Status why = aborted("it had not started it when rank {} gave it up", notice.from);
       for (int peer = 0; peer < size_; ++peer) {
         if (peer != rank_) tell(key, n, peer, Sent{}, true, why);
       }
