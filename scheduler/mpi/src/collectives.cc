@@ -128,7 +128,7 @@ struct Slot {
 };
 
 // One notice to one rank.
-class NoticeSend final : public internal::Operation {
+class NoticeSend final : public internal::StepFreeOperation {
  public:
   NoticeSend(const Notice& notice, int dest, MPI_Comm comm)
       : notice_(notice), dest_(dest), comm_(comm) {}
@@ -137,8 +137,6 @@ class NoticeSend final : public internal::Operation {
     posted_ = true;
     return !round.send(&notice_, sizeof(Notice), dest_, kNoticeTag, comm_).is_ok();
   }
-  bool stopped() const override { return false; }
-  void abandon(Status /*why*/) override {}
 
  private:
   const Notice notice_;
@@ -149,7 +147,7 @@ class NoticeSend final : public internal::Operation {
 
 // Receives what a peer sent for an invocation this rank did not complete,
 // and drops it.
-class Drain final : public internal::Operation {
+class Drain final : public internal::StepFreeOperation {
  public:
   Drain(int peer, int tag, MPI_Comm comm, bool header, int64_t payload)
       : peer_(peer), tag_(tag), comm_(comm), header_(header), payload_(payload) {}
@@ -172,8 +170,6 @@ class Drain final : public internal::Operation {
     }
     return round.empty();
   }
-  bool stopped() const override { return false; }
-  void abandon(Status /*why*/) override {}
 
  private:
   const int peer_;
@@ -351,7 +347,7 @@ class Book {
 };
 
 // Receives the peers' notices, for as long as the engine runs.
-class NoticeReceive final : public internal::Operation {
+class NoticeReceive final : public internal::StepFreeOperation {
  public:
   NoticeReceive(std::shared_ptr<Book> book, MPI_Comm comm) : book_(std::move(book)), comm_(comm) {}
   bool advance(internal::Round& round) override {
@@ -359,8 +355,6 @@ class NoticeReceive final : public internal::Operation {
     posted_ = true;
     return !round.recv(&notice_, sizeof(Notice), MPI_ANY_SOURCE, kNoticeTag, comm_).is_ok();
   }
-  bool stopped() const override { return false; }
-  void abandon(Status /*why*/) override {}
 
  private:
   std::shared_ptr<Book> book_;

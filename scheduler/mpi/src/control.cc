@@ -11,7 +11,7 @@ namespace graphrun::mpi::internal {
 namespace {
 
 // One message out: its envelope and payload, owned until MPI has them.
-class SendMessage final : public Operation {
+class SendMessage final : public StepFreeOperation {
  public:
   SendMessage(int dest, int tag, MPI_Comm comm, Envelope envelope, std::string payload)
       : dest_(dest), tag_(tag), comm_(comm), envelope_(envelope), payload_(std::move(payload)) {}
@@ -30,8 +30,6 @@ class SendMessage final : public Operation {
     }
     return !s.is_ok();  // an error: nobody waits for this message
   }
-  bool stopped() const override { return false; }
-  void abandon(Status /*why*/) override {}
 
  private:
   const int dest_;

@@ -68,7 +68,7 @@ class FarewellSend final : public Operation {
 };
 
 // Rank 0's byte, received: sets `arrived`. Cancelled when the engine ends.
-class FarewellReceive final : public Operation {
+class FarewellReceive final : public StepFreeOperation {
  public:
   FarewellReceive(MPI_Comm comm, std::atomic<bool>& arrived) : comm_(comm), arrived_(arrived) {}
   bool advance(Round& round) override {
@@ -79,8 +79,6 @@ class FarewellReceive final : public Operation {
     posted_ = true;
     return !round.recv(&byte_, 1, 0, kFarewellTag, comm_).is_ok();
   }
-  bool stopped() const override { return false; }
-  void abandon(Status /*why*/) override {}
 
  private:
   const MPI_Comm comm_;

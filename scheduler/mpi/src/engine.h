@@ -97,6 +97,14 @@ class Operation {
   virtual void after_drain(std::span<const MPI_Status> /*statuses*/) {}
 };
 
+// An operation that belongs to no step (a control message, a notice, a
+// drain): never stopped, and nothing of its own to end when abandoned.
+class StepFreeOperation : public Operation {
+ public:
+  bool stopped() const override { return false; }
+  void abandon(Status /*why*/) override {}
+};
+
 // An operation that ends an asynchronous kernel: it holds the step's
 // context and the kernel's done, calls done once (finish), and counts as
 // stopped when the step is.
