@@ -192,15 +192,18 @@ FlowInstance::FlowInstance(const Plan& plan, const KernelRuntime& runtime, const
   light_nodes_.reserve(n_light);
   internal::reserve_maybe_huge(senders_, n);
   internal::reserve_maybe_huge(receivers_, n);
+  internal::reserve_maybe_huge(bodies_, n);
   auto add_node = [&](auto body, bool lightweight) {
     if (lightweight) {
       LightNode& node = light_nodes_.emplace_back(graph_, body);
       senders_.push_back(&node);
       receivers_.push_back(&node);
+      bodies_.push_back(node.body_address());
     } else {
       Node& node = nodes_.emplace_back(graph_, body);
       senders_.push_back(&node);
       receivers_.push_back(&node);
+      bodies_.push_back(node.body_address());
     }
   };
   for (std::size_t i = 0; i < n; ++i) {
@@ -215,6 +218,7 @@ FlowInstance::FlowInstance(const Plan& plan, const KernelRuntime& runtime, const
       finishers_[i] = &finisher;
       senders_.push_back(&finisher);  // successors and sinks follow the end
       receivers_.push_back(&start);
+      bodies_.push_back(start.body_address());
       continue;
     }
     if (!plan.partial && item.succ_begin == item.succ_end) {
@@ -224,6 +228,7 @@ FlowInstance::FlowInstance(const Plan& plan, const KernelRuntime& runtime, const
       add_node(Body{state, &item}, policy.lightweight[i] != 0);
     }
   }
+  state_.set_prefetch(bodies_.data());
   for (std::size_t i = 0; i < n; ++i) {
     const NodeItem& item = plan.nodes[i];
     const bool reads_feed = plan.partial && plan.node_feed_inputs[i] > 0;

@@ -80,8 +80,16 @@ class FlowInstance {
 
  private:
   using Msg = tbb::flow::continue_msg;
-  using Node = tbb::flow::continue_node<Msg>;
-  using LightNode = tbb::flow::continue_node<Msg, tbb::flow::lightweight>;
+  // A continue_node that tells where its body lives (oneTBB allocates it
+  // apart from the node), for RunState's prefetch.
+  template <typename ContinueNode>
+  class PlanNode final : public ContinueNode {
+   public:
+    using ContinueNode::ContinueNode;
+    const void* body_address() const { return this->my_body; }
+  };
+  using Node = PlanNode<tbb::flow::continue_node<Msg>>;
+  using LightNode = PlanNode<tbb::flow::continue_node<Msg, tbb::flow::lightweight>>;
   using Entry = tbb::flow::broadcast_node<Msg>;
   // Every node's body, whatever its policy.
   struct Body {
@@ -174,6 +182,8 @@ class FlowInstance {
   // Per plan node, its finisher when asynchronous (else null).
   std::vector<Node*> finishers_;
   FixedStore<LightNode> light_nodes_;  // lightweight plan nodes
+  // Per plan node, its body's address: what RunState prefetches ahead.
+  std::vector<const void*> bodies_;
   // Per plan node, whichever of the two it is.
   std::vector<tbb::flow::sender<Msg>*> senders_;
   std::vector<tbb::flow::receiver<Msg>*> receivers_;

@@ -13,6 +13,7 @@ namespace graphrun::sched {
 RunState::RunState(const Plan& plan, const KernelRuntime& runtime)
     : plan_(plan),
       runtime_(runtime),
+      num_nodes_(static_cast<std::ptrdiff_t>(plan.nodes.size())),
       slots_(static_cast<std::size_t>(plan.num_slots)),
       readers_(new std::atomic<int32_t>[static_cast<std::size_t>(plan.num_slots)]) {
   if (std::any_of(plan.nodes.begin(), plan.nodes.end(),
@@ -206,6 +207,7 @@ inline Status RunState::call_in_pool(const NodeItem& item) noexcept {
 }
 
 void RunState::execute(const NodeItem& item) noexcept {
+  prefetch_ahead(item);
   const uint8_t checks = checks_.load(std::memory_order_acquire);  // pairs with set_trace
   // A cancelled step skips its remaining nodes (their successors still
   // fire, and skip in turn). relaxed: advisory.
