@@ -480,8 +480,8 @@ TEST_F(MpiTest, ARankLatePastAPeersDeadlineMeetsItsNextInvocationSkippedOnOneRan
 // Broadcast's non-root that completed while another gave up): once the
 // ranks have learned of every given-up invocation, their next ones meet,
 // and none meets a message left from those (run past the point where the
-// tags repeat). `collective` builds the collective of x under key
-// "racing"; `expected` is its value when every rank feeds ones.
+// tags repeat). `collective` builds the collective of x (each test under
+// its own key); `expected` is its value when every rank feeds ones.
 void expect_racing_deadlines_leave_the_ranks_aligned(
     const std::function<Output(Graph&, Output)>& collective, const Tensor& expected) {
   Graph g;
