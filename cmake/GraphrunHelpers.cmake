@@ -50,15 +50,22 @@ endfunction()
 
 # graphrun_add_isa_runs(TARGET <test binary> [LABELS <labels...>])
 # The whole binary once more per instruction-set level (GRAPHRUN_CPU_ISA_LEVELS,
-# from GraphrunCpuIsa.cmake), as ctest entries <TARGET>.isa_<level> run
-# with GRAPHRUN_CPU_ISA=<level> and the label isa. A level this CPU lacks
+# from GraphrunCpuIsa.cmake), as ctest entries <TARGET>.isa_baseline and
+# <TARGET>.isa_<level>_skipped_on_a_cpu_without_it, run with
+# GRAPHRUN_CPU_ISA=<level> and the label isa. A level this CPU lacks
 # is skipped (tests/testing/run_at_cpu_isa.sh exits 77). Meant for fast
 # binaries: each entry runs every test of TARGET in one process.
 function(graphrun_add_isa_runs)
   cmake_parse_arguments(ARG "" "TARGET" "LABELS" ${ARGN})
   set(labels isa ${ARG_LABELS})
   foreach(level IN LISTS GRAPHRUN_CPU_ISA_LEVELS)
-    set(name ${ARG_TARGET}.isa_${level})
+    # Above the baseline the entry is skipped on a CPU without the level:
+    # its name says so.
+    if(level STREQUAL "baseline")
+      set(name ${ARG_TARGET}.isa_${level})
+    else()
+      set(name ${ARG_TARGET}.isa_${level}_skipped_on_a_cpu_without_it)
+    endif()
     add_test(NAME ${name} COMMAND sh ${PROJECT_SOURCE_DIR}/tests/testing/run_at_cpu_isa.sh
              $<TARGET_FILE:${ARG_TARGET}> --gtest_brief=1)
     set_tests_properties(${name} PROPERTIES ENVIRONMENT GRAPHRUN_CPU_ISA=${level}

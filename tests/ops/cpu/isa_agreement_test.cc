@@ -1125,8 +1125,12 @@ void check_wrap_around(const KernelTable& table) {
 // ---------------------------------------------------------------------------
 // The suites.
 
+// Above the baseline, the name says the test is skipped on a CPU without
+// the level (LevelTest::SetUp).
 std::string level_name(const ::testing::TestParamInfo<CpuIsa>& info) {
-  return std::string(cpu_isa_name(info.param));
+  std::string name(cpu_isa_name(info.param));
+  if (info.param != CpuIsa::kBaseline) name += "_SkippedOnACpuWithoutIt";
+  return name;
 }
 
 // One level's table; skipped when the CPU lacks the level (the table would
