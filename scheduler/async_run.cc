@@ -148,7 +148,7 @@ void AsyncRun::run() {
   // Built in the arena (a no-op entry from a worker).
   std::unique_ptr<FlowInstance> inst = take_instance(entry_->async_pool, plan, session_->runtime_,
                                                      [this](auto&& fn) { pool_->execute(fn); });
-  if (!inst->run_inline() && ThreadPool::Impl::in_arena != pool_) {
+  if (!inst->run_inline() && ThreadPool::Impl::marks.in_arena != pool_) {
     // Admitted to run here as a run_inline plan, whose policy has changed
     // since: the flow graph runs on the asynchronous arena.
     std::unique_ptr<FlowInstance> spare =
@@ -160,7 +160,7 @@ void AsyncRun::run() {
   RunState& state = inst->state();
   // On a worker of the pool's asynchronous arena (or a thread already in
   // one of its arenas), the nodes' intra-op loops stay in that arena.
-  control_.in_pool_arena = ThreadPool::Impl::in_arena == pool_;
+  control_.in_pool_arena = ThreadPool::Impl::marks.in_arena == pool_;
   {
     const std::lock_guard lock(mu());
     state.begin(control_, feeds_);

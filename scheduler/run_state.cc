@@ -36,8 +36,9 @@ void RunState::begin(const StepControl& control, std::span<const Tensor> feeds) 
   uint8_t checks = 0;
   if (control_.session_closed != nullptr) checks |= kCheckClosed;
   if (control_.deadline) checks |= kCheckDeadline;
-  checks_.store(checks, std::memory_order_relaxed);
   measure_ = plan_.costs->learns() && (steps_ < kLearnSteps || steps_ % kSampleEvery == 0);
+  if (measure_) checks |= kCheckMeasure;
+  checks_.store(checks, std::memory_order_relaxed);
   ++steps_;
   if (control_.trace) set_trace(true);  // checks_ has no trace bit yet
   // The flow graph's try_put publishes these writes to the executing threads.
@@ -200,9 +201,7 @@ inline void RunState::end_node(const NodeItem& item, uint8_t checks, int64_t sta
 // The kernel called inside the pool's marks.
 inline Status RunState::call_in_pool(const NodeItem& item) noexcept {
   // A kernel calling a session of the same pool is already inside it.
-  const ThreadPool::Impl::Inside inside(control_.pool);
-  const ThreadPool::Impl::InArena in_arena(control_.in_pool_arena ? control_.pool
-                                                                  : ThreadPool::Impl::in_arena);
+  const ThreadPool::Impl::KernelMarks marks(control_.pool, control_.in_pool_arena);
   return call_kernel(item);
 }
 
@@ -212,7 +211,7 @@ void RunState::execute(const NodeItem& item) noexcept {
   // A cancelled step skips its remaining nodes (their successors still
   // fire, and skip in turn). relaxed: advisory.
   if (cancellation_.cancelled.load(std::memory_order_relaxed)) return;
-  if ((checks & ~kCheckClosed) != 0 || measure_ || item.skip_kernel) [[unlikely]] {
+  if ((checks & ~kCheckClosed) != 0 || item.skip_kernel) [[unlikely]] {
     execute_checked(item, checks);
     return;
   }
@@ -229,7 +228,7 @@ void RunState::execute_checked(const NodeItem& item, uint8_t checks) noexcept {
   const int64_t start_ns = (checks & kCheckTrace) != 0 ? trace_now() : 0;
   Status s;
   if (!item.skip_kernel) {
-    if (measure_) {
+    if ((checks & kCheckMeasure) != 0) {
       const uint64_t start = cycle_count();
       s = call_in_pool(item);
       plan_.costs->record(index(), cycle_count() - start);
@@ -265,9 +264,7 @@ bool RunState::execute_async(int32_t i, AsyncNotify notify, void* arg) noexcept 
   };
   // Once done has run, the slot and the context belong to finish_async:
   // nothing here touches them after compute_async.
-  const ThreadPool::Impl::Inside inside(control_.pool);
-  const ThreadPool::Impl::InArena in_arena(control_.in_pool_arena ? control_.pool
-                                                                  : ThreadPool::Impl::in_arena);
+  const ThreadPool::Impl::KernelMarks marks(control_.pool, control_.in_pool_arena);
   AsyncOpKernel* kernel = item.kernel->as_async();
   try {
     // Moved in (the kernel keeps it); a throw ends the slot directly.

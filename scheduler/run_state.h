@@ -168,6 +168,7 @@ class RunState {
   static constexpr uint8_t kCheckClosed = 1;
   static constexpr uint8_t kCheckDeadline = 2;
   static constexpr uint8_t kCheckTrace = 4;
+  static constexpr uint8_t kCheckMeasure = 8;  // measure_, for execute's one test
 
   const Plan& plan_;
   const KernelRuntime& runtime_;

@@ -27,15 +27,15 @@ namespace {
 void tbb_parallel_for(int64_t n, int64_t grain, FunctionRef<void(int64_t, int64_t)> fn) {
   // Runs in the arena of the calling kernel's pool: intra-op work shares
   // the inter-op threads.
-  ThreadPool::Impl* const pool = ThreadPool::Impl::current;  // the kernel's
-  ThreadPool::Impl* const in_arena = ThreadPool::Impl::in_arena;
+  ThreadPool::Impl* const pool = ThreadPool::Impl::marks.current;  // the kernel's
+  ThreadPool::Impl* const in_arena = ThreadPool::Impl::marks.in_arena;
   auto loop = [&] {
     tbb::parallel_for(
         tbb::blocked_range<int64_t>(0, n, static_cast<std::size_t>(std::max<int64_t>(grain, 1))),
         [&](const tbb::blocked_range<int64_t>& r) {
           const ThreadPool::Impl::Inside inside(pool);
-          const ThreadPool::Impl::InArena arena(in_arena != nullptr ? in_arena
-                                                                    : ThreadPool::Impl::in_arena);
+          const ThreadPool::Impl::InArena arena(
+              in_arena != nullptr ? in_arena : ThreadPool::Impl::marks.in_arena);
           fn(r.begin(), r.end());
         });
   };
@@ -620,8 +620,8 @@ Status SessionImpl::execute(PlanEntry& entry, std::span<const Tensor> feeds, std
   // outside every arena waits outside, running the step itself when every
   // other node is cheap.
   bool waiting = false;
-  if (plan.has_async && ThreadPool::Impl::current == nullptr &&
-      ThreadPool::Impl::in_arena == nullptr && tbb::task::current_context() == nullptr) {
+  if (plan.has_async && ThreadPool::Impl::marks.current == nullptr &&
+      ThreadPool::Impl::marks.in_arena == nullptr && tbb::task::current_context() == nullptr) {
     if (!plan.costs->waits_inline() || control.trace)
       return execute_waiting_outside(entry, feeds, out, options, metadata);
     waiting = true;

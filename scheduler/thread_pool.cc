@@ -11,8 +11,7 @@
 
 namespace graphrun {
 
-constinit thread_local ThreadPool::Impl* ThreadPool::Impl::current = nullptr;
-constinit thread_local ThreadPool::Impl* ThreadPool::Impl::in_arena = nullptr;
+constinit thread_local ThreadPool::Impl::Marks ThreadPool::Impl::marks;
 
 namespace {
 // oneTBB starts one worker fewer than the machine's cores (the caller is

@@ -40,7 +40,7 @@ struct ThreadPool::Impl {
   sched::Permits::Outcome execute(const sched::WaitLimits& limits, F&& fn) {
     // Already running in one of this pool's arenas: stay there (an
     // asynchronous step's kernels and intra-op loops run in its arena).
-    if (in_arena == this) {
+    if (marks.in_arena == this) {
       fn();
       return sched::Permits::Outcome::kAcquired;
     }
@@ -125,7 +125,7 @@ struct ThreadPool::Impl {
   class Admission {
    public:
     Admission(Impl* pool, const sched::WaitLimits& limits)
-        : pool_(current != pool ? pool : nullptr) {
+        : pool_(marks.current != pool ? pool : nullptr) {
       if (pool_ != nullptr) {
         outcome_ = pool_->permits_.acquire(limits);
         if (outcome_ != sched::Permits::Outcome::kAcquired) pool_ = nullptr;
@@ -151,19 +151,23 @@ struct ThreadPool::Impl {
   std::unique_ptr<tbb::task_arena> async_arena_;  // set once, under async_once_
 
  public:
-  // The pool whose arena the calling thread is executing in (innermost):
-  // set by execute() and run_inline() for callers, and around every kernel (and parallel_for
-  // chunk) by the scheduler, so workers count as inside too.
-  static constinit thread_local Impl* current;
-
-  // The pool whose arena (blocking or asynchronous) the calling thread is
-  // running in, innermost; unlike `current`, never set for a step run on
-  // its caller outside the arena (run_inline).
-  static constinit thread_local Impl* in_arena;
+  // The calling thread's marks, innermost, in one thread_local (a kernel
+  // sets and restores both: one TLS address, not two).
+  // - current: the pool whose arena the thread is executing in: set by
+  //   execute() and run_inline() for callers, and around every kernel (and
+  //   parallel_for chunk) by the scheduler, so workers count as inside too.
+  // - in_arena: the pool whose arena (blocking or asynchronous) the thread
+  //   is running in; unlike `current`, never set for a step run on its
+  //   caller outside the arena (run_inline).
+  struct Marks {
+    Impl* current = nullptr;
+    Impl* in_arena = nullptr;
+  };
+  static constinit thread_local Marks marks;
   class InArena {
    public:
-    explicit InArena(Impl* pool) : outer_(std::exchange(in_arena, pool)) {}
-    ~InArena() { in_arena = outer_; }
+    explicit InArena(Impl* pool) : outer_(std::exchange(marks.in_arena, pool)) {}
+    ~InArena() { marks.in_arena = outer_; }
     InArena(const InArena&) = delete;
     InArena& operator=(const InArena&) = delete;
 
@@ -174,13 +178,37 @@ struct ThreadPool::Impl {
   // Marks the calling thread as inside `pool` for its scope.
   class Inside {
    public:
-    explicit Inside(Impl* pool) : outer_(std::exchange(current, pool)) {}
-    ~Inside() { current = outer_; }
+    explicit Inside(Impl* pool) : outer_(std::exchange(marks.current, pool)) {}
+    ~Inside() { marks.current = outer_; }
     Inside(const Inside&) = delete;
     Inside& operator=(const Inside&) = delete;
 
    private:
     Impl* outer_;
+  };
+
+  // Both marks for its scope, as around a kernel: inside `pool`, and in
+  // `pool`'s arena when `in_pool_arena`, else in the arena it was in.
+  class KernelMarks {
+   public:
+    KernelMarks(Impl* pool, bool in_pool_arena) {
+      Marks& m = marks;  // one TLS address (a struct copy went through the stack)
+      outer_current_ = m.current;
+      outer_in_arena_ = m.in_arena;
+      m.current = pool;
+      if (in_pool_arena) m.in_arena = pool;
+    }
+    ~KernelMarks() {
+      Marks& m = marks;
+      m.current = outer_current_;
+      m.in_arena = outer_in_arena_;
+    }
+    KernelMarks(const KernelMarks&) = delete;
+    KernelMarks& operator=(const KernelMarks&) = delete;
+
+   private:
+    Impl* outer_current_;
+    Impl* outer_in_arena_;
   };
 };
 

@@ -46,7 +46,7 @@ constexpr int64_t kExpensiveUs = 5000;
 // step's caller inside the pool's arena, not by a caller running an inline
 // step's nodes itself outside it.
 bool in_some_arena() {
-  return ThreadPool::Impl::in_arena != nullptr || tbb::task::current_context() != nullptr;
+  return ThreadPool::Impl::marks.in_arena != nullptr || tbb::task::current_context() != nullptr;
 }
 
 // A session of `threads` with the default threshold.
