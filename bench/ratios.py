@@ -9,6 +9,10 @@ baselines from the same process, with the targets and PASS/MISS.
     bench/ratios.py --format markdown run1/*.json run2/*.json
     bench/ratios.py --strict *.json    # exit status 1 on any MISS or missing row
 
+A target whose benchmark ran but reported an error (the GEMM bench's
+AVX-512 rows on a CPU without AVX-512: "this CPU lacks the level") is
+SKIPPED with that message, not MISSING, and --strict does not count it.
+
 Benchmarks are named BM_<Case>_<Variant>. Times are real (wall) times. When
 a benchmark appears more than once (several files, or --benchmark_repetitions)
 the median is used; a "median" aggregate in the file is used as is.
@@ -262,6 +266,11 @@ def split_name(base):
     return case, variant
 
 
+# {(case, variant): error message} of benchmarks that reported an error
+# instead of a time (filled by load()).
+ERRORS = {}
+
+
 def load(paths):
     """Returns {(case, variant): {"ns": median real time, "n": samples, "nodes": int|None}}."""
     samples = {}
@@ -272,10 +281,11 @@ def load(paths):
         with open(path, encoding="utf-8") as f:
             data = json.load(f)
         for b in data.get("benchmarks", []):
-            if b.get("error_occurred"):
-                continue
             key = split_name(base_name(b.get("run_name", b["name"])))
             if key is None:
+                continue
+            if b.get("error_occurred"):
+                ERRORS[key] = b.get("error_message") or "the benchmark reported an error"
                 continue
             ns = float(b["real_time"]) * UNIT_NS[b.get("time_unit", "ns")]
             if b.get("run_type") == "aggregate":
@@ -318,11 +328,13 @@ def build_table(results):
             if target is None:
                 continue  # informational rows only when both sides ran
             missing = num if a is None else den
+            error = ERRORS.get((case, missing))
             table.append({"case": case, "pair": f"{num} / {den}", "a": "-", "b": "-",
                           "ratio": "-",
                           "target": f"<= {target:g}x" if mode == "slowdown" else f">= {target:g}x",
-                          "verdict": "MISSING",
-                          "note": f"no result for {case}_{missing}"})
+                          "verdict": "MISSING" if error is None else "SKIPPED",
+                          "note": f"no result for {case}_{missing}" if error is None
+                          else f"{case}_{missing}: {error}"})
             continue
         if mode == "slowdown":
             ratio = a["ns"] / b["ns"]
@@ -409,7 +421,9 @@ def main():
     (print_markdown if args.format == "markdown" else print_text)(table)
     targeted = [r for r in table if r["verdict"] in ("PASS", "MISS", "MISSING")]
     passed = sum(r["verdict"] == "PASS" for r in targeted)
-    print(f"\ntargets: {passed}/{len(targeted)} PASS")
+    skipped = sum(r["verdict"] == "SKIPPED" for r in table)
+    print(f"\ntargets: {passed}/{len(targeted)} PASS" +
+          (f" ({skipped} skipped: their benchmark reported why)" if skipped else ""))
     if args.strict and passed != len(targeted):
         return 1
     return 0
