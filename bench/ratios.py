@@ -266,13 +266,10 @@ def split_name(base):
     return case, variant
 
 
-# {(case, variant): error message} of benchmarks that reported an error
-# instead of a time (filled by load()).
-ERRORS = {}
-
-
 def load(paths):
-    """Returns {(case, variant): {"ns": median real time, "n": samples, "nodes": int|None}}."""
+    """Returns ({(case, variant): {"ns": median real time, "n": samples, "nodes": int|None}},
+    {(case, variant): error message} of benchmarks that reported an error instead of a time)."""
+    errors = {}
     samples = {}
     medians = {}
     nodes = {}
@@ -285,7 +282,7 @@ def load(paths):
             if key is None:
                 continue
             if b.get("error_occurred"):
-                ERRORS[key] = b.get("error_message") or "the benchmark reported an error"
+                errors[key] = b.get("error_message") or "the benchmark reported an error"
                 continue
             ns = float(b["real_time"]) * UNIT_NS[b.get("time_unit", "ns")]
             if b.get("run_type") == "aggregate":
@@ -303,7 +300,7 @@ def load(paths):
         values = medians.get(key) or samples[key]
         out[key] = {"ns": statistics.median(values), "n": len(values), "nodes": nodes.get(key),
                     "counters": {k: statistics.median(v) for k, v in counters.get(key, {}).items()}}
-    return out
+    return out, errors
 
 
 def fmt_time(ns):
@@ -319,7 +316,7 @@ def lookup(results, case, variants):
     return min(found, key=lambda rv: rv[0]["ns"]) if found else (None, variants)
 
 
-def build_table(results):
+def build_table(results, errors):
     table = []
     for case, num, den, mode, target, note in ROWS:
         a = results.get((case, num))
@@ -328,7 +325,7 @@ def build_table(results):
             if target is None:
                 continue  # informational rows only when both sides ran
             missing = num if a is None else den
-            error = ERRORS.get((case, missing))
+            error = errors.get((case, missing))
             table.append({"case": case, "pair": f"{num} / {den}", "a": "-", "b": "-",
                           "ratio": "-",
                           "target": f"<= {target:g}x" if mode == "slowdown" else f">= {target:g}x",
@@ -413,11 +410,11 @@ def main():
     parser.add_argument("--strict", action="store_true",
                         help="exit 1 when a target is missed or its results are missing")
     args = parser.parse_args()
-    results = load(args.json)
+    results, errors = load(args.json)
     if not results:
         print("no benchmark results found", file=sys.stderr)
         return 2
-    table = build_table(results)
+    table = build_table(results, errors)
     (print_markdown if args.format == "markdown" else print_text)(table)
     targeted = [r for r in table if r["verdict"] in ("PASS", "MISS", "MISSING")]
     passed = sum(r["verdict"] == "PASS" for r in targeted)

@@ -108,8 +108,7 @@ struct ThreadPool::Impl {
   // thread that entered one of them).
   template <typename F>
   void run_marked(F& fn) {
-    const Inside inside(this);
-    const InArena in(this);
+    const KernelMarks marks_here(this, true);
     fn();
   }
 
