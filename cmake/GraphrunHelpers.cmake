@@ -28,6 +28,27 @@ if(GRAPHRUN_FUZZ)
   add_compile_options(-fsanitize=fuzzer-no-link)
 endif()
 
+# Test sources in sanitizer builds compile at -O0; the libraries keep the
+# preset's -O1. Code generation for the test binaries was most of the
+# sanitizer builds' time, and -O0 halves it (under ASan partial_run_test.cc
+# took 41.5 s at -O1 and 19.1 s at -O0). What the sanitizers are there to
+# check, the libraries' own code, is built as before.
+if(GRAPHRUN_SANITIZER AND NOT GRAPHRUN_FUZZ)
+  set(_graphrun_test_options_default "-O0")
+else()
+  set(_graphrun_test_options_default "")
+endif()
+set(GRAPHRUN_TEST_COMPILE_OPTIONS "${_graphrun_test_options_default}" CACHE STRING
+    "Extra compile options for test sources only (default: -O0 in sanitizer builds)")
+
+# graphrun_test_compile_options(<target>): GRAPHRUN_TEST_COMPILE_OPTIONS on a
+# test target's own sources.
+function(graphrun_test_compile_options target)
+  if(GRAPHRUN_TEST_COMPILE_OPTIONS)
+    target_compile_options(${target} PRIVATE ${GRAPHRUN_TEST_COMPILE_OPTIONS})
+  endif()
+endfunction()
+
 # graphrun_add_test(NAME <name> SOURCES <files...> [DEPS <targets...>] [LABELS <labels...>])
 # One GoogleTest binary, its tests registered one by one with ctest.
 function(graphrun_add_test)
@@ -36,6 +57,7 @@ function(graphrun_add_test)
   target_link_libraries(${ARG_NAME} PRIVATE graphrun::graphrun graphrun_testing GTest::gtest
                         GTest::gmock GTest::gtest_main graphrun_warnings ${ARG_DEPS})
   target_include_directories(${ARG_NAME} PRIVATE ${PROJECT_SOURCE_DIR})
+  graphrun_test_compile_options(${ARG_NAME})
   gtest_discover_tests(${ARG_NAME} TEST_PREFIX "${ARG_NAME}." DISCOVERY_TIMEOUT 60)
   # Labels and timeout are set from a script ctest includes after the
   # discovered list: gtest_discover_tests(PROPERTIES LABELS "a;b") loses all

@@ -261,7 +261,11 @@ TEST(SessionRegistryTest, AbandonedPartialRunsAreCollected) {
 // progress instead of failing "in use", and gives up at its own deadline.
 TEST(SessionRegistryTest, CallsOnOnePartialRunTakeTurns) {
   SessionRegistry registry;
-  const std::string s = registry.create(testing::slow_partial_graph_def(300)).value().handle;
+  const std::string s = registry
+                            .create(testing::slow_partial_graph_def(
+                                testing::slow_products_for(std::chrono::milliseconds(500))))
+                            .value()
+                            .handle;
   const std::string pr = registry.partial_run_setup(s, {"a", "x"}, {"a2", "slow"}, {}).value();
   Result<std::vector<Tensor>> slow = internal_error("not run");
   std::thread first([&] {
@@ -334,7 +338,11 @@ TEST(SessionRegistryTest, RunAsyncOnASessionClosedMeanwhile) {
 // ends its wait at once.
 TEST(SessionRegistryTest, AsyncCallsOnOnePartialRunQueueAndLeaveAtTheirStop) {
   SessionRegistry registry;
-  const std::string s = registry.create(testing::slow_partial_graph_def(300)).value().handle;
+  const std::string s = registry
+                            .create(testing::slow_partial_graph_def(
+                                testing::slow_products_for(std::chrono::milliseconds(500))))
+                            .value()
+                            .handle;
   const std::string pr = registry.partial_run_setup(s, {"a", "x"}, {"a2", "slow"}, {}).value();
   AsyncResult first;
   registry.partial_run_async(s, pr, {{"x", Tensor::filled(Shape{kSlowDim, kSlowDim}, 0.001f)}},

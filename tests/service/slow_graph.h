@@ -2,13 +2,18 @@
 // cancel, stop token, shutdown): a chain of `products` kSlowDim x kSlowDim
 // MatMuls ending in "slow". Each product is ~1 ms optimised on one core at
 // AVX-512 (0.5 ms on two; far more at the baseline level, in Debug or
-// under a sanitizer), so a step stops within about that of being told to,
-// and 2000 products take seconds. (Import and planning grow faster than linearly
-// with the chain: 20 000 products cost ~20 s before the first one ran.)
+// under a sanitizer: ~300 ms under ASan), so a step stops within about that
+// of being told to, and 2000 products take seconds. A test that lets such a
+// chain run to its end sizes it with slow_products_for. (Import and planning grow faster than
+// linearly with the chain: 20 000 products cost ~20 s before the first one ran.)
 #pragma once
 
 #include <graphrun/graph_def.h>
 #include <graphrun/graphrun.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
 
 namespace graphrun::testing {
 
@@ -37,6 +42,23 @@ inline v1::GraphDef slow_partial_graph_def(int products) {
   for (int i = 0; i < products; ++i) m = ops::MatMul(g, m, m);
   ops::Identity(g, m, "slow");
   return graph_to_graph_def(g).value();
+}
+
+// How many products make a chain last about `target` in this build on this
+// machine: one product is ~4 ms optimised and ~300 ms under ASan, so a fixed
+// count that is long enough optimised made ASan runs last minutes. Timed once
+// per process on a chain of 2 products (first run excluded); at least 2.
+inline int slow_products_for(std::chrono::milliseconds target) {
+  static const double per_product_ms = [] {
+    auto session = Session::create(slow_graph(2)).value();
+    (void)session->run({}, {"slow"}, {}).value();  // plans and warms up
+    const auto start = std::chrono::steady_clock::now();
+    (void)session->run({}, {"slow"}, {}).value();
+    const std::chrono::duration<double, std::milli> took = std::chrono::steady_clock::now() - start;
+    return std::max(took.count() / 2.0, 1e-3);
+  }();
+  return std::max(
+      2, static_cast<int>(std::ceil(static_cast<double>(target.count()) / per_product_ms)));
 }
 
 }  // namespace graphrun::testing
