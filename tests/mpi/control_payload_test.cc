@@ -108,6 +108,25 @@ TEST(ControlPayloadTest, AHeaderClaimingMoreBytesThanTheMessageAllocatesNothing)
   EXPECT_THAT(r.tensor().status(), StatusIs(StatusCode::kInternal, "more expected"));
   EXPECT_EQ(graphrun::internal::tensor_buffers_allocated_by_this_thread(), before);
 
+  // A header whose byte count fits the message but whose shape claims a
+  // terabyte: refused by the count, before the shape's tensor is
+  // allocated (it was allocated first, and the count compared after).
+  h.bytes = 4;
+  std::string small_count(reinterpret_cast<const char*>(&h), sizeof h);
+  small_count += "tail";
+  Reader r3(small_count);
+  EXPECT_THAT(r3.tensor().status(), StatusIs(StatusCode::kInternal, "a header of 4 bytes"));
+  EXPECT_EQ(graphrun::internal::tensor_buffers_allocated_by_this_thread(), before);
+  // The same check on its own: an unknown dimension, and a count that
+  // overflows, are refused too.
+  EXPECT_THAT(check_bytes(DType::kFloat32, Shape{2, 3}, 24), IsOk());
+  EXPECT_THAT(check_bytes(DType::kFloat32, Shape{2, 3}, 23),
+              StatusIs(StatusCode::kInternal, "a header of 23 bytes"));
+  EXPECT_THAT(check_bytes(DType::kBool, Shape{Shape::kUnknownDim}, ~uint64_t{0}),
+              StatusIs(StatusCode::kInternal, "unknown shape"));
+  EXPECT_THAT(check_bytes(DType::kFloat64, Shape{int64_t{1} << 31, int64_t{1} << 31}, 0),
+              StatusIs(StatusCode::kInternal, "a header of 0 bytes"));
+
   // A byte count that disagrees with the shape: Internal naming both.
   Header lying = header_of(Tensor{1.0f, 2.0f}, 0, 0);
   lying.bytes = 4;

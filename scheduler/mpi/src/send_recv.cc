@@ -269,13 +269,12 @@ class RecvOp final : public Transfer {
     return true;
   }
 
-  // value_, of the received shape, for `bytes` bytes.
+  // value_, of the received shape, for `bytes` bytes (checked against the
+  // shape before anything is allocated).
   Status allocate(uint64_t bytes) {
-    Result<Tensor> t = Tensor::allocate_uninitialized(dtype_, received());
-    if (t.is_ok() && t->byte_size() != bytes) {
-      t = internal_error("a header of {} bytes for a {} tensor of shape {}", bytes, dtype_,
-                         received());
-    }
+    Status checked = internal::check_bytes(dtype_, received(), bytes);
+    Result<Tensor> t = checked.is_ok() ? Tensor::allocate_uninitialized(dtype_, received())
+                                       : Result<Tensor>(std::move(checked));
     if (!t.is_ok()) {
       return internal_error("rank {} sent a malformed header: {}", peer_, t.status().message());
     }

@@ -61,16 +61,24 @@ Status check_dtype(int32_t dtype) {
   return Status::ok();
 }
 
+Status check_bytes(DType dtype, const Shape& shape, uint64_t bytes) {
+  if (!shape.is_fully_defined()) {
+    return internal_error("a header of a {} tensor of unknown shape {}", dtype, shape);
+  }
+  uint64_t expected = dtype_size(dtype);
+  if (__builtin_mul_overflow(expected, static_cast<uint64_t>(shape.num_elements()), &expected) ||
+      expected != bytes) {
+    return internal_error("a header of {} bytes for a {} tensor of shape {}", bytes, dtype, shape);
+  }
+  return Status::ok();
+}
+
 Result<Tensor> tensor_for(const Header& h) {
   GRAPHRUN_RETURN_IF_ERROR(check_dtype(h));
   GRAPHRUN_ASSIGN_OR_RETURN(Shape shape, shape_of(h));
-  GRAPHRUN_ASSIGN_OR_RETURN(Tensor t,
-                            Tensor::allocate_uninitialized(static_cast<DType>(h.dtype), shape));
-  if (t.byte_size() != h.bytes) {
-    return internal_error("a header of {} bytes for a {} tensor of shape {}", h.bytes,
-                          static_cast<DType>(h.dtype), shape);
-  }
-  return t;
+  const auto dtype = static_cast<DType>(h.dtype);
+  GRAPHRUN_RETURN_IF_ERROR(check_bytes(dtype, shape, h.bytes));
+  return Tensor::allocate_uninitialized(dtype, shape);
 }
 
 }  // namespace graphrun::mpi::internal

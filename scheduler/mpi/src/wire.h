@@ -120,7 +120,13 @@ Result<Shape> shape_of(const Header& h);
 Status check_dtype(const Header& h);
 Status check_dtype(int32_t dtype);
 
-// A tensor of the header's dtype and shape for its bytes, or why not.
+// Internal unless a fully defined `shape` of `dtype` is exactly `bytes`
+// long. Checked before a tensor is allocated for what a peer announced: a
+// header of a few bytes for a shape of a terabyte must allocate nothing.
+Status check_bytes(DType dtype, const Shape& shape, uint64_t bytes);
+
+// A tensor of the header's dtype and shape for its bytes (check_bytes
+// first), or why not.
 Result<Tensor> tensor_for(const Header& h);
 
 // The live World for a kernel of `node`, or FailedPrecondition naming the
