@@ -27,7 +27,8 @@ if ! [[ $seconds =~ ^[0-9]+$ ]]; then
 fi
 jobs=${GRAPHRUN_JOBS:-$(nproc)}
 build=build/fuzz
-targets=(graph_def_binary_fuzz graph_def_text_fuzz tensor_proto_fuzz service_fuzz cli_input_fuzz)
+targets=(graph_def_binary_fuzz graph_def_text_fuzz tensor_proto_fuzz service_fuzz cli_input_fuzz
+  mpi_control_fuzz)
 
 GRAPHRUN_WITH_FUZZ_DEPS=1 tools/scripts/install-deps.sh
 
@@ -71,10 +72,12 @@ fi
 # 1 MiB, service_fuzz.cc). The service's sequences carry GraphDefs, so they
 # get the GraphDef dictionary too.
 declare -A max_len=([graph_def_binary_fuzz]=32768 [graph_def_text_fuzz]=32768
-  [tensor_proto_fuzz]=4096 [service_fuzz]=32768 [cli_input_fuzz]=4096)
+  [tensor_proto_fuzz]=4096 [service_fuzz]=32768 [cli_input_fuzz]=4096
+  [mpi_control_fuzz]=32768)
 declare -A dict=([graph_def_binary_fuzz]=$build/tests/fuzz/graph_def.dict
   [graph_def_text_fuzz]=$build/tests/fuzz/graph_def.dict
-  [service_fuzz]=$build/tests/fuzz/graph_def.dict)
+  [service_fuzz]=$build/tests/fuzz/graph_def.dict
+  [mpi_control_fuzz]=$build/tests/fuzz/graph_def.dict)
 crashed=()
 for target in "${targets[@]}"; do
   corpus=$build/corpus/$target
