@@ -47,7 +47,9 @@ inline v1::GraphDef slow_partial_graph_def(int products) {
 // How many products make a chain last about `target` in this build on this
 // machine: one product is ~4 ms optimised and ~300 ms under ASan, so a fixed
 // count that is long enough optimised made ASan runs last minutes. Timed once
-// per process on a chain of 2 products (first run excluded); at least 2.
+// per process on a chain of 2 products (first run excluded); at least 2,
+// and at most 1000 (should a product ever time as nearly free, the chain
+// must not grow without bound).
 inline int slow_products_for(std::chrono::milliseconds target) {
   static const double per_product_ms = [] {
     auto session = Session::create(slow_graph(2)).value();
@@ -57,8 +59,8 @@ inline int slow_products_for(std::chrono::milliseconds target) {
     const std::chrono::duration<double, std::milli> took = std::chrono::steady_clock::now() - start;
     return std::max(took.count() / 2.0, 1e-3);
   }();
-  return std::max(
-      2, static_cast<int>(std::ceil(static_cast<double>(target.count()) / per_product_ms)));
+  const double products = std::ceil(static_cast<double>(target.count()) / per_product_ms);
+  return static_cast<int>(std::clamp(products, 2.0, 1000.0));
 }
 
 }  // namespace graphrun::testing
