@@ -9,7 +9,9 @@
 //   2  Reader: the fields the second byte's bits pick, in turn (u64,
 //      string, tensor, status) until one is refused; every field read
 //      writes back through Writer and reads back the same.
-// No MPI is initialised: the payloads are plain bytes.
+// No MPI is initialised: the payloads are plain bytes. A part or delta
+// whose GraphDef would expand a tensor past 16 MiB is skipped, as in the
+// GraphDef targets.
 #include <graphrun/graph_def.h>
 #include <graphrun/mpi.h>
 
@@ -17,6 +19,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "scheduler/mpi/src/control.h"
 #include "scheduler/mpi/src/ship.h"
@@ -29,7 +32,37 @@ using mpi::internal::Reader;
 using mpi::internal::Stub;
 using mpi::internal::Writer;
 
+// True when the GraphDef a part or delta payload carries after its leading
+// fields (ship.cc's layout, read up to it by the caller) expands past
+// kLargestFuzzedTensorBytes: such inputs are skipped, as the GraphDef
+// targets skip them (a Const's typed value may ask for up to 2 GiB).
+bool graph_expands_too_far(Reader& r) {
+  Result<std::string> bytes = r.str();
+  if (!bytes.is_ok()) return false;
+  v1::GraphDef def;
+  return def.ParseFromString(*bytes) && expands_too_far_to_fuzz(def);
+}
+
+bool part_too_large(std::string_view payload) {
+  Reader r(payload);
+  if (!r.str().is_ok() || !r.u64().is_ok() || !r.i64().is_ok()) return false;
+  return graph_expands_too_far(r);
+}
+
+bool delta_too_large(std::string_view payload) {
+  Reader r(payload);
+  Result<uint64_t> n = r.u64();
+  if (!n.is_ok()) return false;
+  for (uint64_t k = 0; k < *n; ++k) {
+    if (!r.str().is_ok() || !r.u64().is_ok() || !r.str().is_ok() || !r.i64().is_ok()) {
+      return false;
+    }
+  }
+  return graph_expands_too_far(r);
+}
+
 void part(std::string_view payload) {
+  if (part_too_large(payload)) return verbose_rejection("size", Status::ok());
   auto decoded = mpi::internal::decode_part(payload, 1, 42);
   if (!decoded.is_ok()) return verbose_rejection("decode_part", decoded.status());
   Result<v1::GraphDef> exported = graph_to_graph_def((*decoded)->local());
@@ -48,6 +81,7 @@ bool same_stubs(const std::vector<Stub>& a, const std::vector<Stub>& b) {
 }
 
 void delta(std::string_view payload) {
+  if (delta_too_large(payload)) return verbose_rejection("size", Status::ok());
   auto decoded = mpi::internal::decode_delta(payload);
   if (!decoded.is_ok()) return verbose_rejection("decode_delta", decoded.status());
   const auto& [graph, stubs] = *decoded;

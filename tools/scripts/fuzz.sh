@@ -66,7 +66,8 @@ fi
 # Bounds: inputs up to 32 KiB for GraphDefs (the largest fixture is 18 KiB
 # as text) and for service call sequences (the largest seed, the TF conv2d
 # graph in a sequence, is 5 KiB), 4 KiB for TensorProtos and for the
-# CLI's inputs (.npy files of a few elements, --feed values); 10 s per
+# CLI's inputs (.npy files of a few elements, --feed values), 32 KiB for
+# the MPI control payloads (a worker's part is a GraphDef); 10 s per
 # input; libFuzzer's default 2 GiB RSS limit (the parser targets skip
 # tensors over 16 MiB, fuzz_support.h; service_fuzz caps each tensor at
 # 1 MiB, service_fuzz.cc). The service's sequences carry GraphDefs, so they
