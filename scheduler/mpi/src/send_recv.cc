@@ -272,9 +272,7 @@ class RecvOp final : public Transfer {
   // value_, of the received shape, for `bytes` bytes (checked against the
   // shape before anything is allocated).
   Status allocate(uint64_t bytes) {
-    Status checked = internal::check_bytes(dtype_, received(), bytes);
-    Result<Tensor> t = checked.is_ok() ? Tensor::allocate_uninitialized(dtype_, received())
-                                       : Result<Tensor>(std::move(checked));
+    Result<Tensor> t = internal::tensor_for(dtype_, received(), bytes);
     if (!t.is_ok()) {
       return internal_error("rank {} sent a malformed header: {}", peer_, t.status().message());
     }

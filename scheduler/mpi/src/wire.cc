@@ -73,12 +73,15 @@ Status check_bytes(DType dtype, const Shape& shape, uint64_t bytes) {
   return Status::ok();
 }
 
+Result<Tensor> tensor_for(DType dtype, const Shape& shape, uint64_t bytes) {
+  GRAPHRUN_RETURN_IF_ERROR(check_bytes(dtype, shape, bytes));
+  return Tensor::allocate_uninitialized(dtype, shape);
+}
+
 Result<Tensor> tensor_for(const Header& h) {
   GRAPHRUN_RETURN_IF_ERROR(check_dtype(h));
   GRAPHRUN_ASSIGN_OR_RETURN(Shape shape, shape_of(h));
-  const auto dtype = static_cast<DType>(h.dtype);
-  GRAPHRUN_RETURN_IF_ERROR(check_bytes(dtype, shape, h.bytes));
-  return Tensor::allocate_uninitialized(dtype, shape);
+  return tensor_for(static_cast<DType>(h.dtype), shape, h.bytes);
 }
 
 }  // namespace graphrun::mpi::internal

@@ -125,8 +125,11 @@ Status check_dtype(int32_t dtype);
 // header of a few bytes for a shape of a terabyte must allocate nothing.
 Status check_bytes(DType dtype, const Shape& shape, uint64_t bytes);
 
-// A tensor of the header's dtype and shape for its bytes (check_bytes
-// first), or why not.
+// A tensor of `dtype` and `shape` for `bytes` bytes, check_bytes first:
+// nothing is allocated for a count that is not the shape's.
+Result<Tensor> tensor_for(DType dtype, const Shape& shape, uint64_t bytes);
+
+// The same for a header's checked dtype, shape and byte count.
 Result<Tensor> tensor_for(const Header& h);
 
 // The live World for a kernel of `node`, or FailedPrecondition naming the
