@@ -20,6 +20,7 @@
 
 #include "scheduler/mpi/src/control.h"
 #include "scheduler/mpi/src/ship.h"
+#include "tests/mpi/payload_graphs.h"
 
 namespace graphrun::fuzz {
 namespace {
@@ -37,18 +38,6 @@ void write(const std::filesystem::path& dir, const std::string& name, char reade
   std::ofstream out(dir / name, std::ios::binary);
   out << reader << payload;
   if (!out) fail(internal_error("cannot write {}", (dir / name).string()));
-}
-
-// x and y on rank 0, their product on rank 1.
-Graph product_across_two() {
-  Graph g;
-  Output x = ops::Placeholder(g, DType::kFloat32, Shape{2}, "x");
-  Output y = ops::Const(g, Tensor{1.0f, 2.0f}, "y");
-  {
-    auto scope = g.device("/rank:1");
-    ops::Mul(g, x, y, "product");
-  }
-  return g;
 }
 
 // A chain that crosses from rank 0 to 1 and on to 2.
@@ -76,7 +65,7 @@ void write_seeds(const std::filesystem::path& dir) {
     if (!part.is_ok()) fail(part.status());
     write(dir, name, '\0', *part);
   };
-  write_part(product_across_two(), 2, "part_of_two_ranks");
+  write_part(testing::product_across_two_ranks(), 2, "part_of_two_ranks");
   write_part(chain_across_three(), 3, "part_of_three_ranks");
 
   Graph delta;

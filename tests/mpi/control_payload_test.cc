@@ -18,6 +18,7 @@
 #include "scheduler/mpi/src/control.h"
 #include "scheduler/mpi/src/ship.h"
 #include "scheduler/mpi/src/wire.h"
+#include "tests/mpi/payload_graphs.h"
 #include "tests/testing/op_harness.h"
 
 namespace graphrun::mpi::internal {
@@ -26,18 +27,11 @@ namespace {
 using ::graphrun::testing::IsOk;
 using ::graphrun::testing::StatusIs;
 
-// A graph of two ranks: x and y on rank 0, their product on rank 1 (over
-// the global registry, where the partition's Send and Recv ops are added).
+// A graph of two ranks (over the global registry, where the partition's
+// Send and Recv ops are added).
 Graph two_rank_graph() {
   register_ops(OpRegistry::global());
-  Graph g;
-  Output x = ops::Placeholder(g, DType::kFloat32, Shape{2}, "x");
-  Output y = ops::Const(g, Tensor{1.0f, 2.0f}, "y");
-  {
-    auto scope = g.device("/rank:1");
-    ops::Mul(g, x, y, "product");
-  }
-  return g;
+  return graphrun::testing::product_across_two_ranks();
 }
 
 // Calls `read` on `payload` cut at every length, then on `mutations`
