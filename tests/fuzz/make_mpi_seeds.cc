@@ -5,8 +5,10 @@
 //
 // Real payloads as a driver writes them, each after the byte that picks its
 // reader (mpi_control_fuzz.cc): rank 1's part of two graphs cut across
-// ranks, an extend's delta with one stub of each kind, and Writer fields
-// (numbers, strings, tensors of three dtypes, statuses).
+// ranks, an extend's delta with one stub of each kind, Writer fields
+// (numbers, strings, tensors of three dtypes, statuses), and messages on a
+// Recv's tag as a Send writes them (compact, inline, followed by their
+// bytes, stale, of the wrong dtype).
 #include <graphrun/graphrun.h>
 #include <graphrun/mpi.h>
 
@@ -20,6 +22,7 @@
 
 #include "scheduler/mpi/src/control.h"
 #include "scheduler/mpi/src/ship.h"
+#include "scheduler/mpi/src/wire.h"
 #include "tests/mpi/payload_graphs.h"
 
 namespace graphrun::fuzz {
@@ -54,6 +57,41 @@ Graph chain_across_three() {
     ops::Identity(g, b, "c");
   }
   return g;
+}
+
+// A message on a Recv's tag (mpi_control_fuzz.cc's reader 3): the Recv's
+// dtype (an index into float32, float64, int32, int64, bool), its declared
+// shape (a rank, or 9 for unknown, then a byte per dimension), its key
+// hash and invocation, then the message as a Send writes it.
+void write_packet_seed(const std::filesystem::path& dir, const std::string& name,
+                       const Tensor& sent, uint8_t dtype_index, const std::string& declared,
+                       uint64_t recv_hash, uint64_t send_hash, uint64_t invocation) {
+  mpi::internal::Packet p;
+  const std::size_t bytes = mpi::internal::write_packet(p, sent, send_hash, invocation);
+  std::string payload(1, static_cast<char>(dtype_index));
+  payload += declared;
+  payload.append(reinterpret_cast<const char*>(&recv_hash), sizeof recv_hash);
+  payload.append(reinterpret_cast<const char*>(&invocation), sizeof invocation);
+  payload.append(reinterpret_cast<const char*>(&p), bytes);
+  write(dir, name, '\3', payload);
+}
+
+void write_packet_seeds(const std::filesystem::path& dir) {
+  const uint64_t hash = mpi::internal::hash_key("tensor x");
+  const uint64_t other = mpi::internal::hash_key("tensor y");
+  // Declared shapes: a scalar, [3], [?, 4] and unknown.
+  const std::string scalar(1, '\0');
+  const std::string three("\1\3", 2);
+  const std::string rows_of_four("\2\xff\4", 3);
+  const std::string unknown(1, '\11');
+  write_packet_seed(dir, "packet_compact_float", Tensor(2.5f), 0, scalar, hash, hash, 5000);
+  write_packet_seed(dir, "packet_compact_bool", Tensor(true), 4, unknown, hash, hash, 7);
+  write_packet_seed(dir, "packet_inline_int32", Tensor{1, 2, 3}, 2, three, hash, hash, 3);
+  write_packet_seed(dir, "packet_follows_float64", Tensor(DType::kFloat64, Shape{20, 4}), 1,
+                    rows_of_four, hash, hash, 9);
+  write_packet_seed(dir, "packet_stale_large", Tensor(DType::kInt64, Shape{100}), 3, unknown, hash,
+                    other, 2);
+  write_packet_seed(dir, "packet_wrong_dtype", Tensor{1.0f, 2.0f, 3.0f}, 2, three, hash, hash, 11);
 }
 
 void write_seeds(const std::filesystem::path& dir) {
@@ -97,6 +135,7 @@ void write_seeds(const std::filesystem::path& dir) {
                 .tensor(Tensor(true))
                 .status(Status::ok())
                 .take());
+  write_packet_seeds(dir);
 }
 
 }  // namespace

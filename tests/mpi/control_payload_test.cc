@@ -73,6 +73,21 @@ TEST(ControlPayloadTest, ReaderReadsWhatTheWriterWrote) {
   EXPECT_THAT(r.u64().status(), StatusIs(StatusCode::kInternal, "ends after"));
 }
 
+// A bool tensor's bytes read as 0 or 1, whatever byte came: any other
+// byte would be an invalid bool for the kernels that read it.
+TEST(ControlPayloadTest, ABoolTensorsBytesReadAsZeroOrOne) {
+  std::string bytes = Writer().tensor(Tensor{true, false, true}).take();
+  ASSERT_EQ(bytes.size(), sizeof(Header) + 3);  // the header, then the bytes
+  bytes[sizeof(Header)] = 5;
+  bytes[sizeof(Header) + 2] = static_cast<char>(0xff);
+  Result<Tensor> t = Reader(bytes).tensor();
+  ASSERT_THAT(t, IsOk());
+  const auto* b = static_cast<const unsigned char*>(t->raw_data());
+  EXPECT_EQ(b[0], 1);
+  EXPECT_EQ(b[1], 0);
+  EXPECT_EQ(b[2], 1);
+}
+
 TEST(ControlPayloadTest, ATruncatedPayloadIsInternalAtEveryLength) {
   Writer w;
   w.str("step").tensor(Tensor{1, 2, 3}).status(not_found("x"));

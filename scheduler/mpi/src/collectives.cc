@@ -578,6 +578,11 @@ class Collective final : public internal::KernelOperation {
   }
 
   Status produce() {
+    // What came from the peers (this rank's own input is shared: not
+    // written).
+    for (int peer = 0; peer < size_; ++peer) {
+      if (receives_from(peer)) internal::settle_bools(parts_[static_cast<std::size_t>(peer)]);
+    }
     parts_[static_cast<std::size_t>(rank_)] = input_;
     switch (kind_) {
       case Kind::kBroadcast: return ctx_->set_output(0, parts_[static_cast<std::size_t>(root_)]);

@@ -165,6 +165,7 @@ Result<Tensor> Reader::tensor() {
   GRAPHRUN_RETURN_IF_ERROR(need(h.bytes));
   GRAPHRUN_ASSIGN_OR_RETURN(Tensor t, tensor_for(h));
   if (t.byte_size() != 0) std::memcpy(t.raw_data(), bytes_.data() + at_, t.byte_size());
+  settle_bools(t);
   at_ += t.byte_size();
   return t;
 }

@@ -14,11 +14,7 @@
 
 #include <fmt/format.h>
 
-#include <algorithm>
-#include <array>
 #include <cstdint>
-#include <cstring>
-#include <span>
 #include <utility>
 #include <vector>
 
@@ -29,8 +25,6 @@ namespace graphrun::mpi {
 
 namespace {
 
-using internal::Header;
-using internal::kCompactWord;
 using internal::kInlineBytes;
 using internal::Packet;
 
@@ -74,25 +68,8 @@ class SendOp final : public Transfer {
          uint64_t invocation, int tag, MPI_Comm comm)
       : Transfer(ctx, std::move(done), peer, tag, comm) {
     const Tensor& input = ctx.input(0);
-    const std::size_t bytes = input.byte_size();
-    auto* raw = reinterpret_cast<char*>(&packet_);
-    if (input.num_elements() == 1 && kCompactWord + bytes <= internal::kCompactMax) {
-      // The word, then the value.
-      const uint32_t word =
-          internal::compact_word(input.dtype(), input.shape().rank(), hash, invocation);
-      std::memcpy(raw, &word, kCompactWord);
-      std::memcpy(raw + kCompactWord, input.raw_data(), bytes);
-      message_bytes_ = kCompactWord + bytes;
-    } else {
-      packet_.header = internal::header_of(input, hash, invocation);
-      if (bytes <= kInlineBytes) {
-        if (bytes != 0) std::memcpy(packet_.payload, input.raw_data(), bytes);
-        message_bytes_ = sizeof(Header) + bytes;
-      } else {
-        large_ = input;
-        message_bytes_ = sizeof(Header);
-      }
-    }
+    message_bytes_ = internal::write_packet(packet_, input, hash, invocation);
+    if (input.byte_size() > kInlineBytes) large_ = input;
   }
 
   bool advance(internal::Round& round) override {
@@ -121,10 +98,11 @@ class RecvOp final : public Transfer {
   RecvOp(OpKernelContext& ctx, AsyncOpKernel::Done done, int peer, uint64_t hash,
          uint64_t invocation, int tag, MPI_Comm comm, DType dtype, const Shape* shape)
       : Transfer(ctx, std::move(done), peer, tag, comm),
-        hash_(hash),
-        invocation_(invocation),
-        dtype_(dtype),
-        shape_(shape) {}
+        expect_{.key_hash = hash,
+                .invocation = invocation,
+                .dtype = dtype,
+                .shape = shape,
+                .peer = peer} {}
 
   bool advance(internal::Round& round) override {
     switch (stage_) {
@@ -137,41 +115,27 @@ class RecvOp final : public Transfer {
         }
         return false;
       case 1: {
-        if (packet_.header.bytes == internal::kCompactMarker) return received_compact(round);
-        if (stale() && packet_.header.bytes < static_cast<uint64_t>(INT32_MAX)) {
-          // A transfer no Recv took (its step was stopped after the Send
-          // went, or another session's of the same tag): its bytes are
-          // received and dropped, and this Recv waits on.
-          if (packet_.header.bytes <= kInlineBytes) {
-            stage_ = 0;
-            return advance(round);
-          }
-          stage_ = 3;
-          drain_.resize(static_cast<std::size_t>(packet_.header.bytes));
-          if (Status s = round.recv_arriving(drain_.data(), drain_.size(), peer_, tag_, comm_);
-              !s.is_ok()) {
-            return finish(std::move(s));
-          }
-          return false;
-        }
-        stage_ = 2;
-        status_ = check_header();
-        if (status_.is_ok()) status_ = allocate(packet_.header.bytes);
-        if (packet_.header.bytes <= kInlineBytes) {
-          // The bytes came with the header.
-          if (status_.is_ok() && packet_.header.bytes != 0)
-            std::memcpy(value_.raw_data(), packet_.payload, packet_.header.bytes);
-          return finish(produce());
+        internal::Arrival a = internal::read_arrival(packet_, expect_);
+        using Kind = internal::Arrival::Kind;
+        if (a.kind == Kind::kValue) return finish(ctx_->set_output(0, std::move(a.value)));
+        if (a.kind == Kind::kStale && a.follows == 0) {
+          // A transfer no Recv took: this Recv waits on.
+          stage_ = 0;
+          return advance(round);
         }
         Status s;
-        // The bytes follow their header: a stop lets them arrive rather
-        // than leave them for a later Recv of the same tag.
-        if (status_.is_ok()) {
+        if (a.kind == Kind::kFollows) {
+          stage_ = 2;
+          value_ = std::move(a.value);
           s = round.recv_arriving(value_.raw_data(), value_.byte_size(), peer_, tag_, comm_);
         } else {
-          // Received anyway, so that the sender's send completes.
-          drain_.resize(
-              static_cast<std::size_t>(std::min<uint64_t>(packet_.header.bytes, INT32_MAX)));
+          if (a.kind == Kind::kRefused && a.follows == 0) return finish(std::move(a.status));
+          // The bytes after a stale or refused header are received and
+          // dropped (a stop lets them arrive rather than leave them for a
+          // later Recv of the same tag); then a stale one's Recv waits on.
+          stage_ = a.kind == Kind::kStale ? 3 : 2;
+          status_ = std::move(a.status);
+          drain_.resize(static_cast<std::size_t>(a.follows));
           s = round.recv_arriving(drain_.data(), drain_.size(), peer_, tag_, comm_);
         }
         if (!s.is_ok()) return finish(std::move(s));
@@ -181,123 +145,20 @@ class RecvOp final : public Transfer {
         drain_.clear();
         stage_ = 0;
         return advance(round);
-      default: return finish(produce());
+      default: {
+        if (!status_.is_ok()) return finish(std::move(status_));
+        internal::settle_bools(value_);
+        return finish(ctx_->set_output(0, std::move(value_)));
+      }
     }
   }
 
  private:
-  // A one-element tensor's word and value came: checked as a header is (a
-  // stale one is dropped, and this Recv waits on); the value is the
-  // tensor's.
-  bool received_compact(internal::Round& round) {
-    const auto* raw = reinterpret_cast<const char*>(&packet_);
-    uint32_t word = 0;
-    std::memcpy(&word, raw, kCompactWord);
-    const internal::CompactWord w = internal::read_compact_word(word);
-    // Bits 10-17 of the invocation, theirs less this Recv's, as a signed
-    // 8-bit difference: the tag already matched bits 0-9.
-    const auto later = static_cast<int8_t>(
-        static_cast<uint8_t>(w.invocation_bits - internal::compact_invocation_bits(invocation_)));
-    if (w.key_check != internal::key_check(hash_) || later < 0) {
-      stage_ = 0;
-      return advance(round);
-    }
-    stage_ = 2;
-    status_ = check_compact(w, later);
-    if (status_.is_ok()) status_ = allocate(dtype_size(dtype_));
-    if (status_.is_ok()) std::memcpy(value_.raw_data(), raw + kCompactWord, value_.byte_size());
-    return finish(produce());
-  }
-
-  Status check_compact(const internal::CompactWord& w, int later) {
-    if (later != 0) {
-      return internal_error(
-          "rank {} sent a later invocation of this tensor (bits 10-17: {}) where this Recv "
-          "waited for invocation {}",
-          peer_, w.invocation_bits, invocation_);
-    }
-    std::array<int64_t, Shape::kMaxRank> ones;
-    ones.fill(1);  // a shape of w.rank ones
-    return check_received(w.dtype, w.rank, ones.data());
-  }
-
-  // The header is of an earlier invocation of this key, or of another key
-  // (another session's edge) on the same tag.
-  bool stale() const {
-    return packet_.header.key_hash != hash_ || packet_.header.invocation < invocation_;
-  }
-
-  Status check_header() {
-    if (packet_.header.key_hash != hash_ || packet_.header.invocation != invocation_) {
-      return internal_error(
-          "rank {} sent invocation {} of another tensor (name hash {:x}) where this Recv "
-          "waited for invocation {} (name hash {:x})",
-          peer_, packet_.header.invocation, packet_.header.key_hash, invocation_, hash_);
-    }
-    return check_received(packet_.header.dtype, packet_.header.rank, packet_.header.dims);
-  }
-
-  // The dtype and shape (`rank` dimensions `dims`) a message announced,
-  // against this Recv's; received() is the shape of the tensor to make.
-  Status check_received(int32_t dtype, int rank, const int64_t* dims) {
-    if (dtype != static_cast<int32_t>(dtype_)) {
-      GRAPHRUN_RETURN_IF_ERROR(internal::check_dtype(dtype));
-      return invalid_argument("rank {} sent {} where this Recv expects {}", peer_,
-                              static_cast<DType>(dtype), dtype_);
-    }
-    if (rank < 0 || rank > Shape::kMaxRank) {
-      return internal_error("rank {} sent a malformed header: a shape of rank {}", peer_, rank);
-    }
-    own_shape_ = !expected(rank, dims);
-    if (!own_shape_) return Status::ok();  // received() is *shape_
-    GRAPHRUN_ASSIGN_OR_RETURN(
-        received_, Shape::make(std::span<const int64_t>(dims, static_cast<std::size_t>(rank))));
-    if (!received_.is_compatible_with(*shape_)) {
-      return invalid_argument("rank {} sent shape {} where this Recv expects {}", peer_, received_,
-                              *shape_);
-    }
-    return Status::ok();
-  }
-
-  // The announced shape is the Recv's own, fully defined one (the common
-  // case: no shape to build and check).
-  bool expected(int rank, const int64_t* dims) const {
-    if (rank != shape_->rank()) return false;
-    for (int i = 0; i < rank; ++i) {
-      if (dims[i] < 0 || dims[i] != shape_->dim(i)) return false;
-    }
-    return true;
-  }
-
-  // value_, of the received shape, for `bytes` bytes (checked against the
-  // shape before anything is allocated).
-  Status allocate(uint64_t bytes) {
-    Result<Tensor> t = internal::tensor_for(dtype_, received(), bytes);
-    if (!t.is_ok()) {
-      return internal_error("rank {} sent a malformed header: {}", peer_, t.status().message());
-    }
-    value_ = std::move(*t);
-    return Status::ok();
-  }
-
-  Status produce() {
-    GRAPHRUN_RETURN_IF_ERROR(status_);
-    return ctx_->set_output(0, std::move(value_));
-  }
-
-  const uint64_t hash_;
-  const uint64_t invocation_;
-  const DType dtype_;
-  const Shape* shape_;  // the kernel's, which outlives the step
+  const internal::RecvExpectation expect_;
   int stage_ = 0;
-  Status status_;
+  Status status_;  // a refused header's, once its bytes are drained
   Packet packet_;
-  // The shape of the tensor to make, once checked: the Recv's own (no copy
-  // made), or the header's in received_.
-  const Shape& received() const { return own_shape_ ? received_ : *shape_; }
-  bool own_shape_ = false;
-  Shape received_;
-  Tensor value_;
+  Tensor value_;  // a tensor whose bytes follow its header
   std::vector<char> drain_;
 };
 

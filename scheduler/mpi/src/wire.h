@@ -115,6 +115,51 @@ inline CompactWord read_compact_word(uint32_t word) {
 // untouched; a header's byte count is never this).
 inline constexpr uint64_t kCompactMarker = ~uint64_t{0};
 
+// Writes the message that carries `t` (invocation `invocation` of the key
+// hashed `key_hash`) into `p` and returns its size: a compact word and the
+// value for a one-element tensor of at most 8 bytes, else a header with the
+// tensor's bytes when they fit in the payload. Past kInlineBytes the
+// message is the header alone: the raw bytes follow as a second message.
+std::size_t write_packet(Packet& p, const Tensor& t, uint64_t key_hash, uint64_t invocation);
+
+// What a Recv waits for on its tag: the key's hash, the invocation, the
+// dtype and (possibly partial) shape it declares, and the rank it receives
+// from (named in its errors).
+struct RecvExpectation {
+  uint64_t key_hash = 0;
+  uint64_t invocation = 0;
+  DType dtype = DType::kFloat32;
+  const Shape* shape = nullptr;  // never null; owned by the caller
+  int peer = 0;
+};
+
+// What a message received into a Packet is to the Recv waiting on its tag.
+// The receive sets header.bytes to kCompactMarker first: a compact message
+// leaves it so.
+struct Arrival {
+  enum class Kind : uint8_t {
+    kStale,    // another key's, or an earlier invocation's: drop it (and the
+               // `follows` bytes after it) and wait on
+    kValue,    // `value` is the tensor, complete
+    kFollows,  // `value` is allocated; its byte_size() bytes are the next message
+    kRefused,  // `status` says why (naming the peer); the `follows` bytes
+               // after it are to be received and dropped
+  };
+  Kind kind = Kind::kStale;
+  Status status;
+  Tensor value;
+  uint64_t follows = 0;  // at most INT32_MAX
+};
+
+// Reads a message as the Recv `e` (any bytes: a malformed header is
+// kRefused, Internal; nothing is allocated past what the header's shape
+// and byte count agree on). A bool tensor's bytes read as 0 or 1.
+Arrival read_arrival(const Packet& p, const RecvExpectation& e);
+
+// A bool tensor's bytes from a peer, each made 0 or 1 (any other byte
+// would be an invalid bool); other dtypes are left as they are.
+void settle_bools(Tensor& t);
+
 // The header's dtype and shape, checked (Internal when unreadable).
 Result<Shape> shape_of(const Header& h);
 Status check_dtype(const Header& h);
