@@ -317,11 +317,9 @@ void FlowInstance::put_roots() {
 }
 
 void FlowInstance::run() {
-  const Plan& plan = state_.plan();
   if (run_inline_) {
     // Plan order is topological: each node's inputs are ready.
-    const auto n = static_cast<int32_t>(plan.nodes.size());
-    for (int32_t i = 0; i < n; ++i) state_.execute(i);
+    state_.execute_all();
     return;
   }
   completion_ = nullptr;  // a blocking run waits for the graph instead

@@ -199,14 +199,19 @@ inline void RunState::end_node(const NodeItem& item, uint8_t checks, int64_t sta
   if (item.input_end > item.input_begin) release_inputs(item);
 }
 
-// The kernel called inside the pool's marks.
+template <bool kMarked>
 inline Status RunState::call_in_pool(const NodeItem& item) noexcept {
-  // A kernel calling a session of the same pool is already inside it.
-  const ThreadPool::Impl::KernelMarks marks(control_.pool, control_.in_pool_arena);
-  return call_kernel(item);
+  if constexpr (kMarked) {
+    return call_kernel(item);
+  } else {
+    // A kernel calling a session of the same pool is already inside it.
+    const ThreadPool::Impl::KernelMarks marks(control_.pool, control_.in_pool_arena);
+    return call_kernel(item);
+  }
 }
 
-void RunState::execute(const NodeItem& item) noexcept {
+template <bool kMarked>
+inline void RunState::execute_node(const NodeItem& item) noexcept {
   prefetch_ahead(item);
   const uint8_t checks = checks_.load(std::memory_order_acquire);  // pairs with set_trace
   // A cancelled step skips its remaining nodes (their successors still
@@ -218,7 +223,16 @@ void RunState::execute(const NodeItem& item) noexcept {
   }
   // The common path: a kernel to call; no deadline, statistics or sample.
   if (may_be_interrupted(checks) && interrupted(item, checks, "before")) return;
-  end_node(item, checks, 0, call_in_pool(item));
+  end_node(item, checks, 0, call_in_pool<kMarked>(item));
+}
+
+template void RunState::execute_node<false>(const NodeItem& item) noexcept;
+
+void RunState::execute_all() noexcept {
+  // Between kernels the marks are read by nothing: set once, they spare
+  // each node a save and a restore of two thread-locals.
+  const ThreadPool::Impl::KernelMarks marks(control_.pool, control_.in_pool_arena);
+  for (const NodeItem& item : plan_.nodes) execute_node<true>(item);
 }
 
 void RunState::execute_checked(const NodeItem& item, uint8_t checks) noexcept {
@@ -231,10 +245,10 @@ void RunState::execute_checked(const NodeItem& item, uint8_t checks) noexcept {
   if (!item.skip_kernel) {
     if ((checks & kCheckMeasure) != 0) {
       const uint64_t start = cycle_count();
-      s = call_in_pool(item);
+      s = call_in_pool<false>(item);
       plan_.costs->record(index(), cycle_count() - start);
     } else {
-      s = call_in_pool(item);
+      s = call_in_pool<false>(item);
     }
   }
   end_node(item, checks, start_ns, s);

@@ -81,7 +81,11 @@ class RunState {
   void execute(int32_t i) noexcept { execute(plan_.nodes[static_cast<std::size_t>(i)]); }
   // The same for the plan's entry `item` (a flow-graph body holds it: the
   // node's fields load without first loading the plan's array).
-  void execute(const NodeItem& item) noexcept;
+  void execute(const NodeItem& item) noexcept { execute_node<false>(item); }
+  // Runs every node in plan order on the calling thread (a full step of a
+  // plan that runs inline): as execute() on each, the kernel marks set once
+  // for the whole step rather than around each kernel.
+  void execute_all() noexcept;
   // Asynchronous nodes (NodeItem::async), in two parts. execute_async
   // starts node `i`'s kernel and returns at once: true when it started,
   // and then `notify(arg, i)` runs once, on whatever thread the kernel
@@ -152,7 +156,12 @@ class RunState {
     if (bodies_ != nullptr) prefetch(bodies_[ahead]);
   }
   Status call_kernel(const NodeItem& item) noexcept;
+  // The kernel inside the pool's marks (kMarked: the caller set them).
+  template <bool kMarked>
   Status call_in_pool(const NodeItem& item) noexcept;
+  // execute(), inside the pool's marks when kMarked.
+  template <bool kMarked>
+  void execute_node(const NodeItem& item) noexcept;
   // execute() for a node with more to do than call its kernel: a deadline,
   // statistics, a cost sample, or no kernel at all.
   [[gnu::noinline]] void execute_checked(const NodeItem& item, uint8_t checks) noexcept;
