@@ -76,7 +76,11 @@ class RunState {
   static constexpr std::ptrdiff_t kPrefetchAhead = 3;
   // Per plan node, the address of its flow-graph body; owned by the
   // caller (the FlowInstance), which outlives the steps.
-  void set_prefetch(const void* const* bodies) { bodies_ = bodies; }
+  // A plan run as flow-graph tasks prefetches at any size.
+  void set_prefetch(const void* const* bodies) {
+    bodies_ = bodies;
+    prefetch_limit_ = num_nodes_;
+  }
   // Runs plan node `i` (the flow-graph node body). Never throws.
   void execute(int32_t i) noexcept { execute(plan_.nodes[static_cast<std::size_t>(i)]); }
   // The same for the plan's entry `item` (a flow-graph body holds it: the
@@ -143,8 +147,8 @@ class RunState {
   // and its flow-graph body when set_prefetch gave them: on one thread the
   // plan's order is the run order (build_plan), and these two objects
   // missing the cache were the costliest loads of a node that is a task (a
-  // wavefront of 65,536 Call nodes). Plans of at least kPrefetchFrom
-  // nodes only.
+  // wavefront of 65,536 Call nodes). Not in a small inline plan
+  // (prefetch_limit_).
   void prefetch_ahead(const NodeItem& item) const {
     if (prefetch_limit_ == 0) return;
     const std::ptrdiff_t ahead = (&item - plan_.nodes.data()) + kPrefetchAhead;
@@ -186,14 +190,17 @@ class RunState {
   // plan_.nodes.size(), kept: deriving it in prefetch_ahead cost 4 more
   // instructions a node (callgrind, a chain of 1,000 tasks).
   const std::ptrdiff_t num_nodes_;
-  // num_nodes_ for plans of at least kPrefetchFrom nodes, else 0: no
-  // prefetch. A smaller plan's nodes mostly stay in the core's cache from
-  // run to run, and its prefetches are instructions spent for nothing: a
-  // chain of 1,000 Call nodes ran 20 fewer instructions a node as tasks
-  // (468 against 488, callgrind), and inline 0.55-0.58x of raw oneTBB's
-  // time against 0.60-0.67x (4 interleaved runs each).
+  // Nodes that prefetch ahead: num_nodes_ for a plan run as tasks
+  // (set_prefetch) or of at least kPrefetchFrom nodes, else 0. A smaller
+  // plan run inline keeps its nodes in the core's cache from run to run,
+  // and the prefetches are instructions spent for nothing: a chain of
+  // 1,000 Call nodes inline took 0.55-0.58x of raw oneTBB's time without
+  // them against 0.60-0.67x (4 interleaved runs each). As tasks the same
+  // chain is 20 instructions a node cheaper without them (468 against 488,
+  // callgrind) but measured 1.19x of raw oneTBB with them, 1.23x without,
+  // on the AVX-512 machines of this kind (README, Performance).
   static constexpr std::ptrdiff_t kPrefetchFrom = 2048;
-  const std::ptrdiff_t prefetch_limit_;
+  std::ptrdiff_t prefetch_limit_;
   const void* const* bodies_ = nullptr;  // set_prefetch
   StepControl control_;
   // kCheck* bits for this step, set in begin() (partial runs switch tracing
