@@ -13,8 +13,7 @@ namespace graphrun::sched {
 RunState::RunState(const Plan& plan, const KernelRuntime& runtime)
     : plan_(plan),
       runtime_(runtime),
-      num_nodes_(static_cast<std::ptrdiff_t>(plan.nodes.size())),
-      prefetch_limit_(num_nodes_ >= kPrefetchFrom ? num_nodes_ : 0),
+      prefetch_limit_(std::ssize(plan.nodes) >= kPrefetchFrom ? std::ssize(plan.nodes) : 0),
       slots_(static_cast<std::size_t>(plan.num_slots)),
       readers_(new std::atomic<int32_t>[static_cast<std::size_t>(plan.num_slots)]) {
   if (std::any_of(plan.nodes.begin(), plan.nodes.end(),

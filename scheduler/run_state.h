@@ -79,7 +79,7 @@ class RunState {
   // A plan run as flow-graph tasks prefetches at any size.
   void set_prefetch(const void* const* bodies) {
     bodies_ = bodies;
-    prefetch_limit_ = num_nodes_;
+    prefetch_limit_ = std::ssize(plan_.nodes);
   }
   // Runs plan node `i` (the flow-graph node body). Never throws.
   void execute(int32_t i) noexcept { execute(plan_.nodes[static_cast<std::size_t>(i)]); }
@@ -187,11 +187,10 @@ class RunState {
 
   const Plan& plan_;
   const KernelRuntime& runtime_;
-  // plan_.nodes.size(), kept: deriving it in prefetch_ahead cost 4 more
-  // instructions a node (callgrind, a chain of 1,000 tasks).
-  const std::ptrdiff_t num_nodes_;
-  // Nodes that prefetch ahead: num_nodes_ for a plan run as tasks
-  // (set_prefetch) or of at least kPrefetchFrom nodes, else 0. A smaller
+  // Nodes that prefetch ahead: plan_.nodes.size() for a plan run as tasks
+  // (set_prefetch) or of at least kPrefetchFrom nodes, else 0. Kept as a
+  // member: deriving the node count in prefetch_ahead cost 4 more
+  // instructions a node (callgrind, a chain of 1,000 tasks). A smaller
   // plan run inline keeps its nodes in the core's cache from run to run,
   // and the prefetches are instructions spent for nothing: a chain of
   // 1,000 Call nodes inline took 0.55-0.58x of raw oneTBB's time without
